@@ -1,0 +1,51 @@
+# ignite-tf. Every target sets up what it needs first (make setup is idempotent).
+SHELL := /bin/bash
+PY := .venv/bin/python
+UV := .venv/bin/uv
+N ?= 2
+STAMP := .venv/.setup-done
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: setup lock test demo bench lint ignite-up ignite-down ignite-status clean
+
+setup: $(STAMP)
+
+# The venv is rebuilt from the committed lock whenever the lock or pyproject changes.
+$(STAMP): requirements/lock.txt pyproject.toml
+	@test -x .venv/bin/python || python3 -m venv .venv
+	@test -x $(UV) || .venv/bin/pip install -q uv==0.13.8
+	$(UV) pip sync -q --python $(PY) requirements/lock.txt
+	$(UV) pip install -q --python $(PY) --no-deps -e .
+	$(PY) -m ignite_tf.local_ignite fetch
+	@touch $(STAMP)
+
+# Re-resolve requirements/requirements.in into the lock (run by hand, then commit the lock).
+lock:
+	@test -x $(UV) || (python3 -m venv .venv && .venv/bin/pip install -q uv==0.13.8)
+	$(UV) pip compile -q requirements/requirements.in -o requirements/lock.txt --python-version 3.11
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m ignite_tf.demo
+
+bench: setup
+	$(PY) bench/ingest.py
+
+lint: setup
+	.venv/bin/ruff check provider tests bench dags plugins
+
+ignite-up: setup
+	$(PY) -m ignite_tf.local_ignite up -n $(N)
+
+ignite-down: setup
+	$(PY) -m ignite_tf.local_ignite down
+
+ignite-status: setup
+	$(PY) -m ignite_tf.local_ignite status
+
+clean:
+	rm -rf .venv .airflow build dist provider/*.egg-info

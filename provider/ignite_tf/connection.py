@@ -1,0 +1,176 @@
+"""How to reach an Ignite cluster, without Airflow: addresses, credentials, SSL.
+
+``IgniteConnectionConfig`` is what every core (ETL load, partition discovery, the reader, the CLI and the
+worker runtime) takes. The Airflow ``IgniteHook`` builds one from an Airflow connection; the CLI builds
+one from a connection file; worker processes build one from environment variables set by the launcher
+(secrets travel in the environment, never on a command line or in TF_CONFIG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.errors import ConfigError, IgniteUnavailableError
+
+DEFAULT_PORT = 10800
+ENV_PREFIX = "IGNITE_TF_"
+_SSL_KEYS = ("ssl_ca_certfile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers")
+
+
+def parse_addresses(value: str | list | tuple, *, source: str = "addresses") -> tuple[tuple[str, int], ...]:
+    """``"h1:10800,h2:10801"`` (or a list of such strings or (host, port) pairs) -> ((host, port), ...)."""
+    items = value.replace(";", ",").split(",") if isinstance(value, str) else list(value)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            host, port = str(item[0]), item[1]
+        else:
+            text = str(item).strip()
+            if not text:
+                continue
+            host, _, port = text.rpartition(":") if ":" in text else (text, "", DEFAULT_PORT)
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: port of {item!r} is not a number (expected host:port)") from None
+        if not host or not 0 < port < 65536:
+            raise ConfigError(f"{source}: {item!r} is not a valid host:port")
+        out.append((host, port))
+    if not out:
+        raise ConfigError(f"{source}: no Ignite address given (expected host:port[,host:port...])")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class IgniteConnectionConfig:
+    """Where the Ignite thin-client endpoints are and how to log in.
+
+    :param addresses: thin-client endpoints, one per server node (the client picks the node that owns a key).
+    :param username: Ignite user, when authentication is on.
+    :param password: never logged, never in ``repr``, handed to child processes only through the environment.
+    :param use_ssl: TLS to the thin-client port.
+    :param timeout: socket timeout in seconds.
+    """
+
+    addresses: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    use_ssl: bool = False
+    ssl_ca_certfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_keyfile_password: str | None = field(default=None, repr=False)
+    ssl_ciphers: str | None = None
+    timeout: float = 30.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "addresses", parse_addresses(self.addresses))
+        if self.password and not self.username:
+            raise ConfigError("a password is set but no username: set both, or neither")
+
+    # -- constructors ----------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "connection") -> IgniteConnectionConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known - {"host", "port"})
+        if unknown:
+            raise ConfigError(f"{source}: unknown key(s) {unknown}; allowed: {sorted(known)}")
+        data = dict(data)
+        if "addresses" not in data:
+            if "host" not in data:
+                raise ConfigError(f"{source}: give 'addresses' (host:port,...) or 'host' and 'port'")
+            data["addresses"] = f"{data.pop('host')}:{data.pop('port', DEFAULT_PORT)}"
+        data.pop("host", None)
+        data.pop("port", None)
+        data["addresses"] = parse_addresses(data["addresses"], source=f"{source}: addresses")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> IgniteConnectionConfig:
+        """A JSON or YAML file with the fields of this class (``ignite-tf -c FILE``)."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"connection file {path}: {exc.strerror}") from None
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"connection file {path}: line {exc.lineno}: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"connection file {path}: expected a mapping of connection fields")
+        return cls.from_dict(data, source=f"connection file {path}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> IgniteConnectionConfig | None:
+        """What the launcher hands to worker processes (``IGNITE_TF_ADDRESSES``, ``IGNITE_TF_PASSWORD``...)."""
+        env = os.environ if environ is None else environ
+        if not env.get(ENV_PREFIX + "ADDRESSES"):
+            return None
+        data: dict[str, Any] = {"addresses": env[ENV_PREFIX + "ADDRESSES"]}
+        for name in ("username", "password", *_SSL_KEYS):
+            if env.get(ENV_PREFIX + name.upper()):
+                data[name] = env[ENV_PREFIX + name.upper()]
+        data["use_ssl"] = env.get(ENV_PREFIX + "USE_SSL", "").lower() in ("1", "true", "yes")
+        return cls(**data)
+
+    # -- outputs ---------------------------------------------------------------------------------------
+    def to_env(self) -> dict[str, str]:
+        """Environment variables that ``from_env`` reads back (contains the password: environment only)."""
+        env = {ENV_PREFIX + "ADDRESSES": self.addresses_str, ENV_PREFIX + "USE_SSL": str(self.use_ssl).lower()}
+        for name in ("username", "password", *_SSL_KEYS):
+            value = getattr(self, name)
+            if value:
+                env[ENV_PREFIX + name.upper()] = str(value)
+        return env
+
+    def redacted(self) -> dict[str, Any]:
+        """A JSON-able description safe for logs and XCom."""
+        out = asdict(self)
+        out["addresses"] = self.addresses_str
+        for secret in ("password", "ssl_keyfile_password"):
+            if out.get(secret):
+                out[secret] = "***"
+        return out
+
+    @property
+    def addresses_str(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.addresses)
+
+    def client_kwargs(self, partition_aware: bool = True) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"partition_aware": partition_aware, "timeout": self.timeout}
+        if self.username:
+            kwargs["username"] = self.username
+            kwargs["password"] = self.password
+        if self.use_ssl:
+            kwargs["use_ssl"] = True
+            for key in _SSL_KEYS:
+                if getattr(self, key):
+                    kwargs[key] = getattr(self, key)
+        return kwargs
+
+    def client(self, partition_aware: bool = True):
+        """A connected pyignite ``Client``; partition-aware by default (key operations go to the owner)."""
+        from pyignite import Client
+        from pyignite.exceptions import AuthenticationError, ReconnectError
+
+        client = Client(**self.client_kwargs(partition_aware))
+        try:
+            client.connect(list(self.addresses))
+        except AuthenticationError as exc:
+            raise IgniteUnavailableError(
+                f"Ignite at {self.addresses_str} refused the login of user {self.username!r}: {exc}") from None
+        except (ReconnectError, OSError) as exc:
+            raise IgniteUnavailableError(
+                f"no Ignite node reachable at {self.addresses_str} ({exc.__class__.__name__}): "
+                f"start the cluster (make ignite-up) or fix the connection's addresses") from None
+        return client
