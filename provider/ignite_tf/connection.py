@@ -9,6 +9,7 @@ one from a connection file; worker processes build one from environment variable
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ from ignite_tf.errors import ConfigError, IgniteUnavailableError
 
 DEFAULT_PORT = 10800
 ENV_PREFIX = "IGNITE_TF_"
+log = logging.getLogger(__name__)
 _SSL_KEYS = ("ssl_ca_certfile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers")
 
 
@@ -164,6 +166,10 @@ class IgniteConnectionConfig:
         from pyignite.exceptions import AuthenticationError, ReconnectError
 
         client = Client(**self.client_kwargs(partition_aware))
+        # pyignite logs a traceback per unreachable address; one summary warning (or our error) says it better.
+        quiet = logging.getLogger("pyignite.connection")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         try:
             client.connect(list(self.addresses))
         except AuthenticationError as exc:
@@ -173,4 +179,10 @@ class IgniteConnectionConfig:
             raise IgniteUnavailableError(
                 f"no Ignite node reachable at {self.addresses_str} ({exc.__class__.__name__}): "
                 f"start the cluster (make ignite-up) or fix the connection's addresses") from None
+        finally:
+            quiet.setLevel(level)
+        down = [f"{c.host}:{c.port}" for c in client._nodes if not c.alive]
+        if down:
+            log.warning("Ignite node(s) %s not reachable; using %d other node(s)", ", ".join(down),
+                        len(self.addresses) - len(down))
         return client

@@ -1,0 +1,50 @@
+"""Small test tables written with plain Ignite SQL (independent of the ETL loader under test)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+
+from ignite_tf.local_ignite import LocalIgniteCluster, port_free
+
+
+def sql(client, query: str) -> list[list]:
+    with client.sql(query) as cursor:
+        return [list(r) for r in cursor]
+
+
+def create_table(client, name: str, keys, *, template: str = "partitioned", backups: int = 1) -> None:
+    """Table ``name`` (cache ``name``) with a BIGINT key, one REAL column F0 = key / 2 and LABEL = key % 3."""
+    sql(client, f'CREATE TABLE {name} (ID BIGINT PRIMARY KEY, F0 REAL, LABEL INT) '
+                f'WITH "template={template},backups={backups},cache_name={name}"')
+    keys = list(keys)
+    for i in range(0, len(keys), 2000):
+        values = ",".join(f"({k},{k / 2},{k % 3})" for k in keys[i:i + 2000])
+        sql(client, f"INSERT INTO {name} (ID, F0, LABEL) VALUES {values}")
+
+
+def free_port_bases() -> tuple[int, int, int]:
+    for off in range(2100 + (os.getpid() % 50) * 20, 4000, 20):
+        bases = (10800 + off, 47500 + off, 47100 + off)
+        if all(port_free(b + i) for b in bases for i in range(10)):
+            return bases
+    raise RuntimeError("no free ports for a private test cluster")
+
+
+@contextmanager
+def private_cluster(tmp_path, n: int = 2):
+    """A cluster of this test's own, for tests that stop or add nodes."""
+    client_port, disco_port, comm_port = free_port_bases()
+    cluster = LocalIgniteCluster(tmp_path / "ignite", client_port=client_port, disco_port=disco_port,
+                                 comm_port=comm_port, die_with_parent=True)
+    try:
+        cluster.up(n)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
