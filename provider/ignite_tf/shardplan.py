@@ -5,9 +5,9 @@ Rules (the seeds' lessons from file-level sharding):
 - Every row is read exactly once per epoch: every partition (empty ones included, rows may arrive after
   discovery) is covered, either whole or by disjoint key-hash ranges that together span the whole hash space.
 - Partitions >= workers: whole partitions are dealt out by list scheduling. A partition goes to the least
-  loaded worker on its primary's host when that worker is not yet above the average, else to the least
-  loaded worker overall. Every worker thus receives partitions only while at or below the average, so the
-  largest worker exceeds the average by at most the largest partition.
+  loaded worker on its primary's host when that keeps it within average + largest partition, else to the
+  least loaded worker overall (never above the average), so the largest worker exceeds the average by at
+  most the largest partition, and locality is as high as that bound allows.
 - Partitions < workers: partitions are cut at record granularity. The plan reads the keys of the cache once,
   orders the rows of every partition by ``key_hash(key)`` and cuts the concatenation into equal runs, so
   shares differ by at most one row.
@@ -160,7 +160,9 @@ class ShardPlan:
 
     def _deal(self, rng: np.random.Generator) -> list[list[Slice]]:
         pm = self.partition_map
-        average = pm.total_rows / self.workers
+        # A local worker may fill up to the bound itself; anyone else receives only while at or below the
+        # average (the least loaded worker always is), so no worker ends above average + largest partition.
+        limit = pm.total_rows / self.workers + max(pm.rows)
         load = np.zeros(self.workers, dtype=np.int64)
         assigned: list[list[Slice]] = [[] for _ in range(self.workers)]
         # Any order keeps the bound (a worker only receives while at or below the average); a fixed plan
@@ -174,7 +176,7 @@ class ShardPlan:
             rows = pm.rows[p]
             candidates = local_workers[p]
             w = min(candidates, key=lambda x: (load[x], x)) if candidates else -1
-            if w < 0 or load[w] > average:
+            if w < 0 or load[w] + rows > limit:
                 w = int(np.argmin(load))
             assigned[w].append(Slice(p, rows=rows))
             load[w] += rows

@@ -1,0 +1,219 @@
+"""Worker side: this worker's slice of the cache, for an epoch, as a ``tf.data.Dataset``.
+
+A training script needs no sharding code and no Ignite code::
+
+    import ignite_tf.data
+    for epoch, ds in ignite_tf.data.epochs(10, batch_size=64, label="label"):
+        model.fit(ds, epochs=epoch + 1, initial_epoch=epoch)
+
+The launcher sets ``IGNITE_TF_SHARD_PLAN`` (path of the ShardPlan JSON), ``IGNITE_TF_ADDRESSES`` and friends
+(the connection; secrets only in the environment) and ``TF_CONFIG``. The worker's index comes from
+``TF_CONFIG`` (``task.type == "worker"``), from a ``tf.distribute.InputContext`` (ParameterServerStrategy's
+dataset function) or from the ``worker=`` argument. Outside a cluster (no TF_CONFIG, no plan) pass
+``cache=`` and the one worker reads the whole cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.errors import ConfigError
+from ignite_tf.shardplan import ShardPlan, WorkerShard
+
+ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
+ENV_CACHE = "IGNITE_TF_CACHE"
+
+
+def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None = None,
+              conn: IgniteConnectionConfig | None = None) -> ShardPlan:
+    """The plan passed in, the one named by ``IGNITE_TF_SHARD_PLAN``, or a one-worker plan over ``cache``."""
+    if isinstance(plan, ShardPlan):
+        return plan
+    path = plan or os.environ.get(ENV_PLAN)
+    if path:
+        return ShardPlan.load(path)
+    cache = cache or os.environ.get(ENV_CACHE)
+    if not cache:
+        raise ConfigError(f"no shard plan: set {ENV_PLAN} (the launcher does), pass plan=..., or pass cache=... "
+                          f"to read a whole cache as a single worker")
+    from ignite_tf.partitions import PartitionMap
+
+    return ShardPlan.build(PartitionMap.discover(_conn(conn), cache), 1, reshuffle="none")
+
+
+def worker_index(input_context=None) -> int:
+    """This process's worker index: InputContext, then TF_CONFIG's worker task, else 0."""
+    if input_context is not None:
+        return int(input_context.input_pipeline_id)
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return 0
+    try:
+        task = json.loads(raw).get("task", {})
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+    if task.get("type") == "worker":
+        return int(task.get("index", 0))
+    return 0
+
+
+def shard(epoch: int = 0, *, worker: int | None = None, plan=None, cache: str | None = None,
+          conn: IgniteConnectionConfig | None = None, input_context=None) -> WorkerShard:
+    """This worker's WorkerShard for ``epoch``."""
+    plan = load_plan(plan, cache=cache, conn=conn)
+    index = worker if worker is not None else worker_index(input_context)
+    if input_context is not None and input_context.num_input_pipelines != plan.workers:
+        raise ConfigError(f"the strategy runs {input_context.num_input_pipelines} input pipelines but the shard "
+                          f"plan has {plan.workers} workers: plan as many shards as workers")
+    return plan.shard(index, epoch)
+
+
+def steps_per_epoch(batch_size: int, epoch: int = 0, *, plan=None) -> int:
+    """Batches every worker can take in ``epoch``: the smallest shard decides (sync SGD needs equal steps)."""
+    plan = load_plan(plan)
+    return max(1, min(s.rows for s in plan.shards(epoch)) // batch_size)
+
+
+def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,
+            cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
+            shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024,
+            input_context=None) -> Iterator[dict[str, np.ndarray]]:
+    """NumPy batches of this worker's shard for ``epoch`` (the same rows ``dataset`` yields)."""
+    from ignite_tf.reader import PartitionReader
+
+    plan = load_plan(plan, cache=cache, conn=conn)
+    my = shard(epoch, worker=worker, plan=plan, input_context=input_context)
+    read_batch = max(batch_size, shuffle_buffer) if shuffle_buffer else batch_size
+    with PartitionReader(_conn(conn), plan.partition_map.cache, columns=columns, batch_size=read_batch,
+                         page_size=page_size) as reader:
+        stream = reader.batches(my.read_tasks())
+        if shuffle_buffer:
+            rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
+            stream = _block_shuffle(stream, rng)
+        yield from _rebatch(stream, batch_size)
+
+
+def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
+            stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
+            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+            page_size: int = 1024, include_key: bool = False, prefetch: bool = True, input_context=None):
+    """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
+
+    :param batch_size: rows per element (per worker: the global batch is this times the workers).
+    :param epoch: selects the plan's assignment (with reshuffle="epoch", a different slice every epoch).
+    :param label: column yielded apart: elements are ``(features, label)``.
+    :param features: feature columns (default: every column but the key and the label).
+    :param stack: features as one float32 matrix ``[batch, n_features]`` instead of a dict of columns.
+    :param shuffle_buffer: rows shuffled together within the shard (0 = keep reading order); seeded by
+        (seed, epoch, worker), so a restarted run sees the same order.
+    :param input_context: pass the ``tf.distribute.InputContext`` under ParameterServerStrategy.
+    """
+    import tensorflow as tf
+
+    plan = load_plan(plan, cache=cache, conn=conn)
+    index = worker if worker is not None else worker_index(input_context)
+    names, label_name, dtypes = _columns(plan, conn, label, features, include_key)
+    read_columns = names + ([label_name] if label_name else [])
+
+    def generate():
+        for batch in batches(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
+                             columns=[c for c in read_columns if c != plan.partition_map.key_column],
+                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size):
+            batch = {k: _filled(v) for k, v in batch.items()}
+            feats = (np.stack([batch[n].astype(np.float32) for n in names], axis=1) if stack
+                     else {n: batch[n] for n in names})
+            yield (feats, batch[label_name]) if label_name else feats
+
+    if stack:
+        feature_spec = tf.TensorSpec([None, len(names)], tf.float32)
+    else:
+        feature_spec = {n: tf.TensorSpec([None], _tf_dtype(tf, dtypes[n])) for n in names}
+    signature = (feature_spec, tf.TensorSpec([None], _tf_dtype(tf, dtypes[label_name]))) if label_name \
+        else feature_spec
+    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    options = tf.data.Options()
+    # The plan already sharded the data: TF must not shard it again (it would drop rows).
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = ds.with_options(options)
+    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+
+
+def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
+    """``(epoch, dataset)`` for epochs ``start .. n-1``: ``for epoch, ds in epochs(10, batch_size=64): ...``."""
+    for epoch in range(start, n):
+        yield epoch, dataset(epoch=epoch, **kwargs)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
+    conn = conn or IgniteConnectionConfig.from_env()
+    if conn is None:
+        raise ConfigError("no Ignite connection: pass conn=... or set IGNITE_TF_ADDRESSES (the launcher does)")
+    return conn
+
+
+def _columns(plan: ShardPlan, conn, label, features, include_key):
+    from ignite_tf.reader import PartitionReader
+
+    with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
+        dtypes, key_column = dict(probe.schema), probe.key_column
+    label_name = label.lower() if label else None
+    if label_name and label_name not in dtypes:
+        raise ConfigError(f"label {label!r} is not a column of cache '{plan.partition_map.cache}' "
+                          f"(columns: {', '.join(dtypes)})")
+    if features:
+        names = [f.lower() for f in features]
+        unknown = [f for f in names if f not in dtypes]
+        if unknown:
+            raise ConfigError(f"feature column(s) {unknown} not in cache '{plan.partition_map.cache}' "
+                              f"(columns: {', '.join(dtypes)})")
+    else:
+        names = [n for n in dtypes if n != label_name and (include_key or n != key_column)]
+    return names, label_name, dtypes
+
+
+def _tf_dtype(tf, dtype: np.dtype):
+    return tf.string if np.dtype(dtype).kind in "OUS" else tf.as_dtype(np.dtype(dtype))
+
+
+def _filled(values: np.ndarray) -> np.ndarray:
+    if isinstance(values, np.ma.MaskedArray):
+        fill = np.nan if values.dtype.kind == "f" else (b"" if values.dtype.kind in "OS" else 0)
+        return values.filled(fill)
+    return values
+
+
+def _block_shuffle(stream: Iterator[dict], rng: np.random.Generator) -> Iterator[dict]:
+    # The reader yields blocks of shuffle_buffer rows; permuting each block in NumPy costs far less than a
+    # per-row tf.data shuffle and keeps memory at one block.
+    for block in stream:
+        order = rng.permutation(len(next(iter(block.values()))))
+        yield {k: v[order] for k, v in block.items()}
+
+
+def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
+    pending: dict | None = None
+    for block in stream:
+        if pending is not None:
+            block = {k: _concat(pending[k], block[k]) for k in block}
+            pending = None
+        n = len(next(iter(block.values())))
+        full = n - n % batch_size
+        for i in range(0, full, batch_size):
+            yield {k: v[i:i + batch_size] for k, v in block.items()}
+        if full < n:
+            pending = {k: v[full:] for k, v in block.items()}
+    if pending is not None:
+        yield pending
+
+
+def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if isinstance(a, np.ma.MaskedArray) or isinstance(b, np.ma.MaskedArray):
+        return np.ma.concatenate([a, b])
+    return np.concatenate([a, b])
