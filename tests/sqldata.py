@@ -6,7 +6,7 @@ import os
 import socket
 from contextlib import contextmanager
 
-from ignite_tf.local_ignite import LocalIgniteCluster, port_free
+from ignite_tf.local_ignite import LocalIgniteCluster, free_port_bases  # noqa: F401 (re-exported)
 
 
 def sql(client, query: str) -> list[list]:
@@ -24,20 +24,11 @@ def create_table(client, name: str, keys, *, template: str = "partitioned", back
         sql(client, f"INSERT INTO {name} (ID, F0, LABEL) VALUES {values}")
 
 
-def free_port_bases() -> tuple[int, int, int]:
-    for off in range(2100 + (os.getpid() % 50) * 20, 4000, 20):
-        bases = (10800 + off, 47500 + off, 47100 + off)
-        if all(port_free(b + i) for b in bases for i in range(10)):
-            return bases
-    raise RuntimeError("no free ports for a private test cluster")
-
-
 @contextmanager
 def private_cluster(tmp_path, n: int = 2):
     """A cluster of this test's own, for tests that stop or add nodes."""
-    client_port, disco_port, comm_port = free_port_bases()
-    cluster = LocalIgniteCluster(tmp_path / "ignite", client_port=client_port, disco_port=disco_port,
-                                 comm_port=comm_port, die_with_parent=True)
+    offset = 2100 + (os.getpid() % 50) * 20
+    cluster = LocalIgniteCluster.on_free_ports(tmp_path / "ignite", offset, die_with_parent=True)
     try:
         cluster.up(n)
         yield cluster

@@ -139,6 +139,18 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def free_port_bases(first_offset: int = 100, last_offset: int = 4000) -> tuple[int, int, int]:
+    """Client/discovery/communication port bases, offset from the defaults, that nothing listens on.
+
+    Lets a test session, a benchmark or the demo run its own cluster beside a `make ignite-up` one.
+    """
+    for off in range(first_offset, last_offset, 20):
+        bases = (10800 + off, 47500 + off, 47100 + off)
+        if all(port_free(b + i) for b in bases for i in range(MAX_NODES)):
+            return bases
+    raise IgniteTFError("no free port range for a local Ignite cluster (10900..14800 all taken?)")
+
+
 @dataclass
 class Node:
     index: int
@@ -194,9 +206,20 @@ class LocalIgniteCluster:
         }, indent=2))
         tmp.replace(self.state_dir / "cluster.json")
 
+    @classmethod
+    def on_free_ports(cls, state_dir, first_offset: int = 100, **kwargs) -> LocalIgniteCluster:
+        client_port, disco_port, comm_port = free_port_bases(first_offset)
+        return cls(state_dir, client_port=client_port, disco_port=disco_port, comm_port=comm_port, **kwargs)
+
     @property
     def addresses(self) -> list[str]:
         return [n.address for n in self.nodes if pid_alive(n.pid)]
+
+    def connection(self):
+        """An IgniteConnectionConfig to every live node."""
+        from ignite_tf.connection import IgniteConnectionConfig
+
+        return IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in self.live_nodes()))
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes if pid_alive(n.pid)]
