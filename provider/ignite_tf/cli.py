@@ -1,28 +1,206 @@
-"""The ``ignite-tf`` command line (start / stop / attach / ps come with the cluster launcher)."""
+"""``ignite-tf``: TensorFlow clusters over Ignite caches, with the commands of Apache Ignite's TensorFlow tool.
+
+    ignite-tf start [-c CFG] [--mode sync|async] [--workers N] [--ps M] [--max-restarts K] [--detach]
+                    CACHE_NAME JOB_DIR JOB_CMD [JOB_ARGS...]
+    ignite-tf stop [-c CFG] CLUSTER_ID
+    ignite-tf attach [-c CFG] CLUSTER_ID
+    ignite-tf ps [-c CFG]
+    ignite-tf load [-c CFG] CACHE_NAME FILE [--key COLUMN]
+
+``-c`` is a connection file (JSON/YAML with ``addresses``, ``username``, ``password``...) or an Airflow
+connection id; without it ``IGNITE_TF_ADDRESSES`` is used. With a connection, cluster state lives in Ignite
+(any machine can list and stop clusters); without one, in a local state directory.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from ignite_tf import __version__
+from ignite_tf.errors import IgniteTFError
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", help="connection file (JSON/YAML) or Airflow connection id")
+    common.add_argument("-V", "--version", action="version", version=f"ignite-tf {__version__}")
+    return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ignite-tf",
-        description="Run TensorFlow clusters next to the data of an Apache Ignite cache.",
-    )
-    parser.add_argument("-V", "--version", action="version", version=f"ignite-tf {__version__}")
-    parser.add_argument("-c", "--config", help="connection file (JSON/YAML) or Airflow connection id")
+    common = _common()
+    parser = argparse.ArgumentParser(prog="ignite-tf", parents=[common],
+                                     description="Run TensorFlow clusters next to the data of an Apache Ignite cache.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    start = sub.add_parser("start", parents=[common], help="start a TF cluster over a cache and run a job on it")
+    start.add_argument("--mode", choices=["sync", "async"], default="sync",
+                       help="sync: MultiWorkerMirroredStrategy; async: ParameterServerStrategy (default sync)")
+    start.add_argument("--workers", type=_positive, help="workers (default: one per Ignite server node)")
+    start.add_argument("--ps", type=_positive, default=1, help="parameter servers in async mode (default 1)")
+    start.add_argument("--max-restarts", type=_non_negative, default=3, help="restarts after failures (default 3)")
+    start.add_argument("--startup-deadline", type=float, default=120.0, help="seconds for all tasks to come up")
+    start.add_argument("--id", dest="cluster_id", help="cluster id (default: generated)")
+    start.add_argument("--detach", action="store_true", help="print the cluster id and return at once")
+    start.add_argument("cache", metavar="CACHE_NAME")
+    start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
+    start.add_argument("job_cmd", metavar="JOB_CMD", help="command run in JOB_DIR by every worker (sync) or the chief")
+    start.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER)
+
+    stop = sub.add_parser("stop", parents=[common], help="stop a running cluster")
+    stop.add_argument("cluster_id", metavar="CLUSTER_ID")
+    attach = sub.add_parser("attach", parents=[common], help="stream a running cluster's output")
+    attach.add_argument("cluster_id", metavar="CLUSTER_ID")
+    attach.add_argument("--from-start", action="store_true", help="print the output from its beginning")
+    ps = sub.add_parser("ps", parents=[common], help="list clusters")
+    ps.add_argument("-a", "--all", action="store_true", help="include finished clusters")
+
+    load = sub.add_parser("load", parents=[common], help="load a CSV or Parquet file into a cache")
+    load.add_argument("cache", metavar="CACHE_NAME")
+    load.add_argument("file", metavar="FILE")
+    load.add_argument("--key", help="key column (default: a hash of each row)")
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (got {text})")
+    return value
+
+
+def connection(config: str | None):
+    """-c FILE, -c AIRFLOW_CONN_ID, or the environment; None when nothing is configured."""
+    from ignite_tf.connection import IgniteConnectionConfig
+
+    if config:
+        if Path(config).exists():
+            return IgniteConnectionConfig.from_file(config)
+        if "/" in config or config.endswith((".json", ".yaml", ".yml")):
+            raise IgniteTFError(f"connection file {config} not found")
+        from ignite_tf.hooks.ignite import IgniteHook
+
+        return IgniteHook(config).get_config()
+    return IgniteConnectionConfig.from_env()
+
+
+def _launcher(conn):
+    from ignite_tf.cluster.api import make_launcher
+
+    return make_launcher(conn)
+
+
+def cmd_start(args, conn) -> int:
+    from ignite_tf.cluster.api import start_cluster
+    from ignite_tf.cluster.state import ExitCode
+
+    launcher = _launcher(conn)
+    job = {"command": [args.job_cmd, *args.job_args], "job_dir": args.job_dir}
+    state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
+                          max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
+                          cluster_id=args.cluster_id, launcher=launcher)
+    print(state.cluster_id, flush=True)
+    if args.detach:
+        return 0
+    try:
+        final = launcher.wait(state.cluster_id, on_output=lambda text: print(text, end="", flush=True))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: stopping cluster {state.cluster_id}", file=sys.stderr)
+        launcher.stop(state.cluster_id)
+        return int(ExitCode.STOPPED)
+    return int(final.exit_code if final.exit_code is not None else ExitCode.INTERNAL_ERROR)
+
+
+def cmd_stop(args, conn) -> int:
+    launcher = _launcher(conn)
+    final = launcher.stop(args.cluster_id)
+    print(f"{final.cluster_id} {final.status.value}")
+    return 0
+
+
+def cmd_attach(args, conn) -> int:
+    launcher = _launcher(conn)
+    state = launcher.status(args.cluster_id)
+    try:
+        for text in launcher.stream(args.cluster_id, from_start=args.from_start):
+            print(text, end="", flush=True)
+    except KeyboardInterrupt:
+        return 0  # detaching leaves the cluster running
+    state = launcher.status(args.cluster_id)
+    return int(state.exit_code or 0)
+
+
+def cmd_ps(args, conn) -> int:
+    launcher = _launcher(conn)
+    states = launcher.store.list()
+    rows = []
+    for s in states:
+        alive = launcher.is_alive(s)
+        if not args.all and not alive:
+            continue
+        status = s.status.value if (alive or s.status.final) else "lost"
+        running = sum(1 for t in s.tasks if t.state in ("starting", "running"))
+        rows.append((s.cluster_id, s.cache, s.mode, f"{running}/{len(s.tasks)}", status, str(s.restarts),
+                     _age(s.age_s)))
+    header = ("CLUSTER ID", "CACHE", "MODE", "TASKS", "STATE", "RESTARTS", "AGE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_load(args, conn) -> int:
+    from ignite_tf.etl import load
+
+    if conn is None:
+        raise IgniteTFError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
+    report = load(conn, args.cache, args.file, key=args.key)
+    print(f"loaded {report.rows_written} rows into cache '{report.cache}' in {report.seconds:.1f}s; "
+          f"{report.rows_in_cache} rows in the cache")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+COMMANDS = {"start": cmd_start, "stop": cmd_stop, "attach": cmd_attach, "ps": cmd_ps, "load": cmd_load}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    try:
+        conn = connection(args.config)
+        return COMMANDS[args.command](args, conn)
+    except IgniteTFError as exc:
+        print(f"ignite-tf {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

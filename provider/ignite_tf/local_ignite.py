@@ -235,6 +235,7 @@ class LocalIgniteCluster:
             "ignitetf.commPort": node.comm_port,
             "ignitetf.regionMb": self.region_mb,
             "ignitetf.workDir": str(self.state_dir / "work" / node.instance),
+            "IGNITE_HOME": str(self.state_dir),  # else Ignite writes ./ignite/work into the caller's cwd
             "IGNITE_QUIET": "true",
             "IGNITE_UPDATE_NOTIFIER": "false",
             "IGNITE_NO_ASCII": "true",
@@ -269,7 +270,7 @@ class LocalIgniteCluster:
         with open(node.log, "ab") as log:
             proc = subprocess.Popen(
                 self._command(node, libs), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=preexec,
+                start_new_session=True, preexec_fn=preexec, cwd=self.state_dir,
             )
         node.pid = proc.pid
         self._procs[proc.pid] = proc

@@ -1,0 +1,91 @@
+"""Start a TensorFlow cluster over a cache: discovery, shard plan, spec, launch. Shared by the CLI and Airflow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.launcher import Launcher, LocalLauncher
+from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
+from ignite_tf.cluster.state import ClusterState, StateStore, open_store
+from ignite_tf.errors import ConfigError
+
+
+def default_run_root() -> Path:
+    return Path(os.environ.get("IGNITE_TF_RUN_ROOT", Path.home() / ".cache" / "ignite-tf" / "runs"))
+
+
+def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local") -> Launcher:
+    store = store or open_store(conn)
+    if kind != "local":
+        raise ConfigError(f"launcher {kind!r} is not available (available: local)")
+    return LocalLauncher(store, conn)
+
+
+def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
+    """A folder is used in place; a zip is unpacked into the run directory."""
+    path = Path(job_dir).expanduser().resolve()
+    if path.is_dir():
+        return str(path)
+    if path.is_file() and zipfile.is_zipfile(path):
+        target = run_dir / "job"
+        shutil.rmtree(target, ignore_errors=True)
+        with zipfile.ZipFile(path) as zf:
+            for member in zf.namelist():
+                dest = (target / member).resolve()
+                if not str(dest).startswith(str(target.resolve())):
+                    raise ConfigError(f"JOB_DIR {job_dir}: zip member {member!r} escapes the job directory")
+            zf.extractall(target)
+        return str(target)
+    raise ConfigError(f"JOB_DIR {job_dir} is neither a folder nor a zip file")
+
+
+def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
+                  workers: int | None = None, ps: int = 1, max_restarts: int = 3,
+                  startup_deadline_s: float = 120.0, grace_period_s: float = 10.0, cluster_id: str | None = None,
+                  run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
+                  launcher: Launcher | None = None, env: dict[str, str] | None = None,
+                  plan=None) -> ClusterState:
+    """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
+
+    :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
+    :param workers: default one per Ignite server node (a worker next to each node's data).
+    :param cluster_id: a stable id makes the launch idempotent (a running cluster with that id is returned).
+    :param plan: a ShardPlan made earlier (e.g. by an upstream Airflow task); else planned here.
+    """
+    from ignite_tf.partitions import PartitionMap
+    from ignite_tf.shardplan import ShardPlan
+
+    if conn is None:
+        raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
+    cluster_id = check_cluster_id(cluster_id) if cluster_id else new_cluster_id()
+    if "job_dir" in job and not Path(job["job_dir"]).exists():
+        raise ConfigError(f"JOB_DIR {job['job_dir']} does not exist")
+    launcher = launcher or make_launcher(conn)
+    existing = launcher.find(cluster_id)
+    if existing is not None and launcher.is_alive(existing):
+        return existing
+    run_dir = Path(run_root or default_run_root()) / cluster_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if plan is None:
+        pm = PartitionMap.discover(conn, cache)
+        nodes = sorted(pm.nodes.values(), key=lambda n: n.order)
+        workers = workers or len(nodes)
+        hosts = [nodes[i % len(nodes)].consistent_id for i in range(workers)]
+        plan = ShardPlan.build(pm, workers, worker_hosts=hosts, reshuffle=reshuffle, seed=seed, conn=conn)
+    elif workers not in (None, plan.workers):
+        raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
+    plan_path = run_dir / "shard_plan.json"
+    plan.save(plan_path)
+    job = dict(job)
+    if "job_dir" in job:
+        job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
+    spec = build_spec(
+        cluster_id=cluster_id, cache=cache, mode=mode, workers=plan.workers, ps=ps, run_dir=run_dir, job=job,
+        worker_hosts=plan.worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
+        startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
+    )
+    return launcher.launch(spec)

@@ -1,0 +1,191 @@
+"""Launchers turn a ClusterSpec into running tasks. Callers (the CLI, the Airflow operator and trigger)
+only use the ``Launcher`` interface, so a Kubernetes launcher can stand in for the local one.
+
+``LocalLauncher`` (the embedded default) starts a detached supervisor process (see ``supervisor.py``) that
+owns every task; secrets reach it through its environment only, never its command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ignite_tf.cluster.spec import ClusterSpec
+from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
+from ignite_tf.errors import IgniteTFError
+from ignite_tf.local_ignite import pid_alive
+
+
+class Launcher(ABC):
+    """Start, watch and stop TensorFlow clusters; the state lives in ``store``."""
+
+    def __init__(self, store: StateStore):
+        self.store = store
+
+    @abstractmethod
+    def launch(self, spec: ClusterSpec) -> ClusterState:
+        """Start the cluster and return once its state is recorded (the tasks may still be starting)."""
+
+    @abstractmethod
+    def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
+        """Ask the cluster to stop and wait until it has."""
+
+    @abstractmethod
+    def output(self, cluster_id: str, offset: int = 0) -> tuple[str, int]:
+        """The chief's output from byte ``offset``: (text, new offset)."""
+
+    def status(self, cluster_id: str) -> ClusterState:
+        return self.store.require(cluster_id)
+
+    def is_alive(self, state: ClusterState) -> bool:
+        return not state.status.final and not state.heartbeat_stale()
+
+    def find(self, cluster_id: str) -> ClusterState | None:
+        return self.store.get(cluster_id)
+
+    def wait(self, cluster_id: str, *, timeout: float | None = None, poll_s: float = 0.5,
+             on_output: Callable[[str], None] | None = None, from_start: bool = True) -> ClusterState:
+        """Block until the cluster ends, passing the chief's output to ``on_output`` as it comes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        offset = 0 if from_start else self.output(cluster_id)[1]
+        while True:
+            state = self.status(cluster_id)
+            if on_output is not None:
+                text, offset = self.output(cluster_id, offset)
+                if text:
+                    on_output(text)
+            if state.status.final:
+                if on_output is not None:
+                    text, offset = self.output(cluster_id, offset)
+                    if text:
+                        on_output(text)
+                return state
+            if not self.is_alive(state):
+                raise IgniteTFError(f"cluster {cluster_id} lost its supervisor (last heartbeat "
+                                    f"{time.time() - state.heartbeat:.0f}s ago)")
+            if deadline is not None and time.monotonic() > deadline:
+                return state
+            time.sleep(poll_s)
+
+    def stream(self, cluster_id: str, *, from_start: bool = False, poll_s: float = 0.3) -> Iterator[str]:
+        """The chief's output as it grows, until the cluster ends (``attach``)."""
+        offset = 0 if from_start else self.output(cluster_id)[1]
+        while True:
+            state = self.status(cluster_id)
+            text, offset = self.output(cluster_id, offset)
+            if text:
+                yield text
+            if state.status.final or not self.is_alive(state):
+                text, offset = self.output(cluster_id, offset)
+                if text:
+                    yield text
+                return
+            time.sleep(poll_s)
+
+    def tail(self, cluster_id: str, lines: int = 20) -> str:
+        text, _ = self.output(cluster_id, 0)
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalLauncher(Launcher):
+    """Tasks as local processes under a detached supervisor.
+
+    :param conn: the Ignite connection handed to the tasks (secrets through the environment).
+    """
+
+    def __init__(self, store: StateStore, conn=None):
+        super().__init__(store)
+        self.conn = conn
+
+    def launch(self, spec: ClusterSpec, timeout: float = 60.0) -> ClusterState:
+        existing = self.store.get(spec.cluster_id)
+        if existing is not None and not existing.status.final and self.is_alive(existing):
+            return existing  # idempotent: never a second cluster under one id
+        run_dir = Path(spec.run_dir)
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        spec_path = run_dir / "cluster.json"
+        spec.save(spec_path)
+        env = dict(os.environ)
+        env.update(store_to_env(self.store))
+        if self.conn is not None:
+            env.update(self.conn.to_env())
+        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        with open(run_dir / "logs" / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)], env=env,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.store.get(spec.cluster_id)
+            if state is not None and state.supervisor_pid == proc.pid:
+                self._reap_later(proc)
+                return state
+            if proc.poll() is not None:
+                log_tail = (run_dir / "logs" / "supervisor.log").read_text(errors="replace")[-2000:]
+                raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} exited with {proc.returncode} "
+                                    f"before recording its state:\n{log_tail}")
+            time.sleep(0.05)
+        proc.kill()
+        raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
+
+    @staticmethod
+    def _reap_later(proc: subprocess.Popen) -> None:
+        # The supervisor outlives us by design; keep a reference so a finished one is reaped, not a zombie.
+        _SUPERVISORS.append(proc)
+        for p in list(_SUPERVISORS):
+            if p.poll() is not None:
+                _SUPERVISORS.remove(p)
+
+    def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
+        state = self.status(cluster_id)
+        if state.status.final:
+            return state
+        self.store.request_stop(cluster_id)
+        if state.supervisor_pid and pid_alive(state.supervisor_pid):
+            try:
+                os.kill(state.supervisor_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in list(_SUPERVISORS):
+                p.poll()
+            state = self.status(cluster_id)
+            if state.status.final:
+                return state
+            if state.supervisor_pid and not pid_alive(state.supervisor_pid):
+                # The supervisor died without recording an end; its tasks died with it (PDEATHSIG).
+                state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor gone", time.time()
+                self.store.put(state)
+                return state
+            time.sleep(0.1)
+        raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s")
+
+    def output(self, cluster_id: str, offset: int = 0) -> tuple[str, int]:
+        state = self.status(cluster_id)
+        try:
+            with open(state.chief_log, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return "", offset
+        # Hand out whole lines only, so a reader never sees half a line twice.
+        cut = data.rfind(b"\n") + 1
+        return data[:cut].decode(errors="replace"), offset + cut
+
+    def is_alive(self, state: ClusterState) -> bool:
+        if state.status.final:
+            return False
+        if state.supervisor_pid and state.supervisor_host == os.uname().nodename:
+            return pid_alive(state.supervisor_pid)
+        return not state.heartbeat_stale()
+
+
+_SUPERVISORS: list[subprocess.Popen] = []

@@ -1,0 +1,256 @@
+"""ClusterSpec: the tasks of a TensorFlow cluster, their ports, TF_CONFIG and environment.
+
+Sync mode (MultiWorkerMirroredStrategy): workers only; worker 0 is the chief (TF's convention).
+Async mode (ParameterServerStrategy): a chief (the coordinator), N workers and M parameter servers.
+Worker i reads shard i of the ShardPlan and is placed on the plan's host for worker i.
+
+Nothing here assumes local processes: a launcher (local or Kubernetes) turns the spec into running tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.errors import ConfigError
+
+
+class Mode(StrEnum):
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+class Role(StrEnum):
+    CHIEF = "chief"
+    WORKER = "worker"
+    PS = "ps"
+
+
+# Environment the runtime reads (besides TF_CONFIG and the connection's IGNITE_TF_ADDRESSES & co).
+ENV_CLUSTER_ID = "IGNITE_TF_CLUSTER_ID"
+ENV_MODE = "IGNITE_TF_MODE"
+ENV_RUN_DIR = "IGNITE_TF_RUN_DIR"
+ENV_CHECKPOINT_DIR = "IGNITE_TF_CHECKPOINT_DIR"
+ENV_TENSORBOARD_DIR = "IGNITE_TF_TENSORBOARD_DIR"
+ENV_STATE_DIR = "IGNITE_TF_STATE_DIR"
+ENV_SHARD_PLAN = "IGNITE_TF_SHARD_PLAN"
+ENV_CACHE = "IGNITE_TF_CACHE"
+ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
+
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def new_cluster_id(prefix: str = "tf") -> str:
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def cluster_id_from(*parts: str) -> str:
+    """A stable, DNS-safe cluster id from e.g. (dag_id, run_id, task_id, try_number)."""
+    import hashlib
+
+    text = "-".join(str(p) for p in parts)
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].strip("-") or "tf"
+    return f"{slug}-{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
+
+
+def check_cluster_id(cluster_id: str) -> str:
+    if not _ID_RE.match(cluster_id or ""):
+        raise ConfigError(f"cluster id {cluster_id!r} is invalid: use lower-case letters, digits and '-', "
+                          f"at most 63 characters, starting with a letter or digit")
+    return cluster_id
+
+
+@dataclass
+class TaskSpec:
+    role: Role
+    index: int
+    host: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role.value}-{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ClusterSpec:
+    """Everything a launcher needs to start the cluster, JSON-able.
+
+    :param job: what each task runs: ``{"entry_point": "module:function", ...}`` or
+        ``{"command": [...], "job_dir": "..."}`` (a user script, as ``ignite-tf start``).
+    """
+
+    cluster_id: str
+    cache: str
+    mode: Mode
+    tasks: list[TaskSpec]
+    run_dir: str
+    job: dict[str, Any]
+    shard_plan_path: str | None = None
+    max_restarts: int = 3
+    startup_deadline_s: float = 120.0
+    grace_period_s: float = 10.0
+    env: dict[str, str] = field(default_factory=dict)  # extra, non-secret environment for every task
+
+    def __post_init__(self):
+        self.mode = Mode(self.mode)
+        self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(Role(t["role"]), t["index"], t["host"], t["port"])
+                      for t in self.tasks]
+        for t in self.tasks:
+            t.role = Role(t.role)
+
+    # -- layout --------------------------------------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        return sum(1 for t in self.tasks if t.role is Role.WORKER)
+
+    @property
+    def chief(self) -> TaskSpec:
+        """The task whose output is the job's output (async: the chief; sync: worker 0)."""
+        for role in (Role.CHIEF, Role.WORKER):
+            for t in self.tasks:
+                if t.role is role and t.index == 0:
+                    return t
+        raise ConfigError(f"cluster {self.cluster_id} has no chief and no worker 0")
+
+    def task(self, name: str) -> TaskSpec:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise ConfigError(f"cluster {self.cluster_id} has no task {name!r} "
+                          f"(tasks: {', '.join(t.name for t in self.tasks)})")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return str(Path(self.run_dir) / "checkpoints")
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return str(Path(self.run_dir) / "tensorboard")
+
+    def log_path(self, task: TaskSpec) -> str:
+        return str(Path(self.run_dir) / "logs" / f"{task.name}.log")
+
+    def task_dir(self, task: TaskSpec) -> str:
+        """The task's working directory (async workers keep their data feed there)."""
+        return str(Path(self.run_dir) / "tasks" / task.name)
+
+    # -- TF_CONFIG and environment ---------------------------------------------------------------------------
+    def cluster_dict(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for role in (Role.CHIEF, Role.WORKER, Role.PS):
+            members = sorted((t for t in self.tasks if t.role is role), key=lambda t: t.index)
+            if members:
+                out[role.value] = [t.address for t in members]
+        return out
+
+    def tf_config(self, task: TaskSpec) -> dict[str, Any]:
+        return {"cluster": self.cluster_dict(), "task": {"type": task.role.value, "index": task.index}}
+
+    def task_env(self, task: TaskSpec, attempt: int = 0) -> dict[str, str]:
+        """Non-secret environment of one task; the launcher adds the connection's secrets itself."""
+        env = dict(self.env)
+        env.update({
+            "TF_CONFIG": json.dumps(self.tf_config(task)),
+            "TF_USE_LEGACY_KERAS": "1",
+            ENV_CLUSTER_ID: self.cluster_id,
+            ENV_MODE: self.mode.value,
+            ENV_RUN_DIR: self.run_dir,
+            ENV_CHECKPOINT_DIR: self.checkpoint_dir,
+            ENV_TENSORBOARD_DIR: self.tensorboard_dir,
+            ENV_CACHE: self.cache,
+            ENV_ATTEMPT: str(attempt),
+        })
+        if self.shard_plan_path:
+            env[ENV_SHARD_PLAN] = self.shard_plan_path
+        return env
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mode"] = self.mode.value
+        data["tasks"] = [{"role": t.role.value, "index": t.index, "host": t.host, "port": t.port} for t in self.tasks]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterSpec:
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ClusterSpec:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,
+               job: dict[str, Any], ps: int = 1, worker_hosts: list[str | None] | None = None,
+               shard_plan_path: str | None = None, max_restarts: int = 3, startup_deadline_s: float = 120.0,
+               grace_period_s: float = 10.0, port_for=None, env: dict[str, str] | None = None) -> ClusterSpec:
+    """Choose ports and hosts for every task.
+
+    :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
+    :param port_for: ``(host) -> port``; default a free local port (the local launcher).
+    """
+    check_cluster_id(cluster_id)
+    try:
+        mode = Mode(mode)
+    except ValueError:
+        raise ConfigError(f"mode must be one of {[m.value for m in Mode]} (got {mode!r})") from None
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1 (got {workers})")
+    if mode is Mode.ASYNC and ps < 1:
+        raise ConfigError(f"async mode needs at least one parameter server (got ps={ps})")
+    if max_restarts < 0:
+        raise ConfigError(f"max_restarts must be >= 0 (got {max_restarts})")
+    port_for = port_for or free_port
+    hosts = list(worker_hosts or [])
+    hosts += [None] * (workers - len(hosts))
+
+    def where(h: str | None) -> str:
+        # Consistent ids / node ids are not network hosts; the local launcher runs everything on loopback.
+        return h if h and _looks_like_host(h) else "127.0.0.1"
+
+    tasks: list[TaskSpec] = []
+    if mode is Mode.ASYNC:
+        tasks.append(TaskSpec(Role.CHIEF, 0, "127.0.0.1", 0))
+    for i in range(workers):
+        tasks.append(TaskSpec(Role.WORKER, i, where(hosts[i]), 0))
+    if mode is Mode.ASYNC:
+        for i in range(ps):
+            tasks.append(TaskSpec(Role.PS, i, where(hosts[i % workers]), 0))
+    taken: set[tuple[str, int]] = set()
+    for t in tasks:
+        port = port_for(t.host)
+        while (t.host, port) in taken:
+            port = port_for(t.host)
+        taken.add((t.host, port))
+        t.port = port
+    return ClusterSpec(cluster_id=cluster_id, cache=cache, mode=mode, tasks=tasks, run_dir=str(run_dir), job=job,
+                       shard_plan_path=shard_plan_path, max_restarts=max_restarts,
+                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=dict(env or {}))
+
+
+def _looks_like_host(value: str) -> bool:
+    return value in ("localhost",) or bool(re.match(r"^[0-9.]+$|^[a-z0-9.-]+\.[a-z]{2,}$", value))

@@ -1,0 +1,321 @@
+"""Cluster state: what a supervisor is running, readable by `ps` / `attach` / `stop` in any other process.
+
+Two stores with one interface:
+
+- ``IgniteStateStore`` keeps the state in system caches of this project on the Ignite cluster itself, so any
+  machine with the connection can list and stop clusters;
+- ``LocalStateStore`` keeps JSON files in a state directory, the fallback without an Ignite connection.
+
+Per-epoch metrics are appended by the chief's runtime under their own keys, so the supervisor's writes of
+the main record and the runtime's metric reports never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.errors import ConfigError, IgniteTFError
+
+
+class Status(StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def final(self) -> bool:
+        return self in (Status.SUCCEEDED, Status.FAILED, Status.STOPPED)
+
+
+class ExitCode(IntEnum):
+    """The supervisor's (and ``ignite-tf start``'s) exit status."""
+
+    SUCCEEDED = 0
+    USER_CODE_FAILED = 1
+    RESTARTS_EXHAUSTED = 2
+    STARTUP_DEADLINE = 3
+    STOPPED = 4
+    INTERNAL_ERROR = 5
+
+
+@dataclass
+class TaskState:
+    role: str
+    index: int
+    host: str
+    port: int
+    pid: int = 0
+    state: str = "pending"  # pending, starting, running, exited, failed, killed
+    restarts: int = 0
+    exit_code: int | None = None
+    log: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class ClusterState:
+    cluster_id: str
+    cache: str
+    mode: str
+    run_dir: str
+    tasks: list[TaskState] = field(default_factory=list)
+    status: Status = Status.STARTING
+    started_at: float = field(default_factory=time.time)
+    heartbeat: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    restarts: int = 0
+    supervisor_pid: int = 0
+    supervisor_host: str = ""
+    chief_log: str = ""
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.status = Status(self.status)
+        self.tasks = [t if isinstance(t, TaskState) else TaskState(**t) for t in self.tasks]
+
+    @property
+    def age_s(self) -> float:
+        return (self.finished_at or time.time()) - self.started_at
+
+    def heartbeat_stale(self, after_s: float = 30.0) -> bool:
+        return not self.status.final and time.time() - self.heartbeat > after_s
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterState:
+        return cls(**data)
+
+    def summary(self) -> dict[str, Any]:
+        """Small JSON-able result (XCom): status, reason, restarts and the last epoch's metrics."""
+        return {
+            "cluster_id": self.cluster_id, "status": self.status.value, "exit_code": self.exit_code,
+            "reason": self.reason, "restarts": self.restarts, "epochs": len(self.epochs),
+            "metrics": self.epochs[-1] if self.epochs else {}, "run_dir": self.run_dir,
+            "seconds": round(self.age_s, 2),
+        }
+
+
+class StateStore(ABC):
+    """Where cluster state lives. Every method is safe to call from any process."""
+
+    @abstractmethod
+    def put(self, state: ClusterState) -> None: ...
+
+    @abstractmethod
+    def _get(self, cluster_id: str) -> ClusterState | None: ...
+
+    @abstractmethod
+    def ids(self) -> list[str]: ...
+
+    @abstractmethod
+    def delete(self, cluster_id: str) -> None: ...
+
+    @abstractmethod
+    def request_stop(self, cluster_id: str) -> None: ...
+
+    @abstractmethod
+    def stop_requested(self, cluster_id: str) -> bool: ...
+
+    @abstractmethod
+    def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def epochs(self, cluster_id: str) -> list[dict[str, Any]]: ...
+
+    def get(self, cluster_id: str) -> ClusterState | None:
+        state = self._get(cluster_id)
+        if state is not None:
+            state.epochs = self.epochs(cluster_id)
+        return state
+
+    def require(self, cluster_id: str) -> ClusterState:
+        state = self.get(cluster_id)
+        if state is None:
+            known = ", ".join(sorted(self.ids())[-10:]) or "none"
+            raise ConfigError(f"no TensorFlow cluster with id {cluster_id!r} in {self.describe()} (known: {known})")
+        return state
+
+    def list(self) -> list[ClusterState]:
+        states = [s for s in (self.get(i) for i in self.ids()) if s is not None]
+        return sorted(states, key=lambda s: s.started_at)
+
+    def describe(self) -> str:
+        return self.__class__.__name__
+
+    def close(self) -> None:  # noqa: B027 - only stores holding a connection need it
+        """Release connections (stores that hold none need not override this)."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class LocalStateStore(StateStore):
+    """JSON files under ``state_dir``: ``<id>.json``, ``<id>.stop``, ``<id>.epochs.jsonl``."""
+
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def describe(self) -> str:
+        return f"local state directory {self.dir}"
+
+    def put(self, state: ClusterState) -> None:
+        _write_atomic(self.dir / f"{state.cluster_id}.json", json.dumps(state.to_dict()))
+
+    def _get(self, cluster_id: str) -> ClusterState | None:
+        try:
+            return ClusterState.from_dict(json.loads((self.dir / f"{cluster_id}.json").read_text()))
+        except FileNotFoundError:
+            return None
+
+    def ids(self) -> list[str]:
+        return [p.stem for p in self.dir.glob("*.json")]
+
+    def delete(self, cluster_id: str) -> None:
+        for suffix in (".json", ".stop", ".epochs.jsonl"):
+            (self.dir / f"{cluster_id}{suffix}").unlink(missing_ok=True)
+
+    def request_stop(self, cluster_id: str) -> None:
+        (self.dir / f"{cluster_id}.stop").write_text(str(time.time()))
+
+    def stop_requested(self, cluster_id: str) -> bool:
+        return (self.dir / f"{cluster_id}.stop").exists()
+
+    def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None:
+        # One short line per append: O_APPEND writes below PIPE_BUF are atomic across processes.
+        with open(self.dir / f"{cluster_id}.epochs.jsonl", "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+
+    def epochs(self, cluster_id: str) -> list[dict[str, Any]]:
+        try:
+            lines = (self.dir / f"{cluster_id}.epochs.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+class IgniteStateStore(StateStore):
+    """State in the project's system caches on the Ignite cluster (JSON strings keyed by cluster id)."""
+
+    CLUSTERS = "ignite_tf_sys_clusters"
+    STOPS = "ignite_tf_sys_stops"
+    EPOCHS = "ignite_tf_sys_epochs"
+
+    def __init__(self, conn):
+        self.conn = conn
+        self._client = None
+
+    def describe(self) -> str:
+        return f"Ignite at {self.conn.addresses_str}"
+
+    def _cache(self, name: str):
+        if self._client is None:
+            self._client = self.conn.client()
+        try:
+            return self._client.get_or_create_cache(name)
+        except Exception as exc:  # noqa: BLE001 - a broken connection: reconnect once
+            self.close()
+            self._client = self.conn.client()
+            try:
+                return self._client.get_or_create_cache(name)
+            except Exception:
+                raise IgniteTFError(f"cluster state cache {name} unavailable on {self.describe()}: {exc}") from exc
+
+    def put(self, state: ClusterState) -> None:
+        self._cache(self.CLUSTERS).put(state.cluster_id, json.dumps(state.to_dict()))
+
+    def _get(self, cluster_id: str) -> ClusterState | None:
+        raw = self._cache(self.CLUSTERS).get(cluster_id)
+        return ClusterState.from_dict(json.loads(raw)) if raw else None
+
+    def ids(self) -> list[str]:
+        with self._cache(self.CLUSTERS).scan(page_size=256) as cursor:
+            return [k for k, _ in cursor]
+
+    def delete(self, cluster_id: str) -> None:
+        self._cache(self.CLUSTERS).remove_key(cluster_id)
+        self._cache(self.STOPS).remove_key(cluster_id)
+        epochs = self._cache(self.EPOCHS)
+        n = len(self.epochs(cluster_id))
+        epochs.remove_keys([f"{cluster_id}/{i:06d}" for i in range(n)] + [f"{cluster_id}/n"])
+
+    def request_stop(self, cluster_id: str) -> None:
+        self._cache(self.STOPS).put(cluster_id, str(time.time()))
+
+    def stop_requested(self, cluster_id: str) -> bool:
+        return self._cache(self.STOPS).get(cluster_id) is not None
+
+    def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None:
+        cache = self._cache(self.EPOCHS)
+        # Only the chief reports epochs, so a read-increment-write counter has a single writer.
+        n = int(cache.get(f"{cluster_id}/n") or 0)
+        cache.put(f"{cluster_id}/{n:06d}", json.dumps(metrics))
+        cache.put(f"{cluster_id}/n", str(n + 1))
+
+    def epochs(self, cluster_id: str) -> list[dict[str, Any]]:
+        cache = self._cache(self.EPOCHS)
+        n = int(cache.get(f"{cluster_id}/n") or 0)
+        if not n:
+            return []
+        values = cache.get_all([f"{cluster_id}/{i:06d}" for i in range(n)])
+        return [json.loads(values[k]) for k in sorted(values)]
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("IGNITE_TF_CLUSTER_STATE", Path.home() / ".cache" / "ignite-tf" / "clusters"))
+
+
+def open_store(conn=None, state_dir: str | Path | None = None) -> StateStore:
+    """The Ignite store when a connection is given, else the local state directory."""
+    if conn is not None:
+        return IgniteStateStore(conn)
+    return LocalStateStore(state_dir or default_state_dir())
+
+
+def store_to_env(store: StateStore) -> dict[str, str]:
+    """Tell a child process (supervisor, runtime) which store to use; the connection travels separately."""
+    if isinstance(store, LocalStateStore):
+        return {"IGNITE_TF_STATE_STORE": "local", "IGNITE_TF_CLUSTER_STATE": str(store.dir)}
+    return {"IGNITE_TF_STATE_STORE": "ignite"}
+
+
+def store_from_env(environ: dict[str, str] | None = None) -> StateStore | None:
+    env = os.environ if environ is None else environ
+    kind = env.get("IGNITE_TF_STATE_STORE")
+    if kind == "local":
+        return LocalStateStore(env["IGNITE_TF_CLUSTER_STATE"])
+    if kind == "ignite":
+        from ignite_tf.connection import IgniteConnectionConfig
+
+        conn = IgniteConnectionConfig.from_env(env)
+        return IgniteStateStore(conn) if conn else None
+    return None

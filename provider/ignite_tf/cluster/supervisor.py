@@ -1,0 +1,325 @@
+"""The supervisor: one process per TensorFlow cluster, parent of every task.
+
+``python -m ignite_tf.cluster.supervisor SPEC_JSON`` (the local launcher starts it detached, so it outlives
+an Airflow task that defers or a CLI that detaches). It
+
+- starts each task in its own process group with ``PR_SET_PDEATHSIG``: if the supervisor dies, for any
+  reason, its children get SIGKILL at once;
+- enforces a start-up deadline (TensorFlow waits for missing peers forever): every task must listen on its
+  port (or have finished) within ``startup_deadline_s``;
+- heals: sync mode restarts the whole cluster on any task failure (MultiWorkerMirroredStrategy needs all
+  workers together), async mode restarts a failed worker alone and the whole cluster when the chief or a
+  parameter server fails; restarted tasks resume from the checkpoint the runtime keeps;
+- stops: on SIGTERM or a stop request in the state store, tasks get SIGTERM and ``grace_period_s`` to
+  checkpoint, then SIGKILL; when the chief finishes, parameter servers and remaining tasks are stopped;
+- records everything in the state store and exits with an ``ExitCode``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
+from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
+
+POLL_S = 0.2
+HEARTBEAT_S = 2.0
+STORE_POLL_S = 1.0
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    import ctypes
+
+    os.setpgid(0, 0)
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the supervisor died before prctl took effect
+        os._exit(1)
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+class Supervisor:
+    def __init__(self, spec: ClusterSpec, store: StateStore, command_for):
+        self.spec = spec
+        self.store = store
+        self.command_for = command_for  # (spec, task) -> argv
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.terminating = False
+        self.attempt = 0
+        self.state = ClusterState(
+            cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_dir,
+            tasks=[TaskState(t.role.value, t.index, t.host, t.port, log=spec.log_path(t)) for t in spec.tasks],
+            supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
+        )
+        self._last_put = 0.0
+        self._last_store_poll = 0.0
+
+    # -- bookkeeping ---------------------------------------------------------------------------------------
+    def tstate(self, task: TaskSpec) -> TaskState:
+        return next(s for s in self.state.tasks if s.name == task.name)
+
+    def event(self, message: str) -> None:
+        """A supervisor event, written to its own log and into the chief's output (what `attach` streams)."""
+        line = f"[ignite-tf {time.strftime('%H:%M:%S')}] {message}\n"
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        with open(self.spec.log_path(self.spec.chief), "a") as f:
+            f.write(line)
+
+    def save(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._last_put >= HEARTBEAT_S:
+            self.state.heartbeat = now
+            try:
+                self.store.put(self.state)
+            except Exception as exc:  # noqa: BLE001 - keep supervising; the store may come back
+                sys.stdout.write(f"[ignite-tf] could not record state: {exc}\n")
+            self._last_put = now
+
+    # -- tasks ---------------------------------------------------------------------------------------------
+    def start_task(self, task: TaskSpec) -> None:
+        Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(self.spec.task_env(task, self.attempt))
+        with open(self.spec.log_path(task), "ab") as log:
+            proc = subprocess.Popen(
+                self.command_for(self.spec, task), cwd=task_cwd(self.spec, task), env=env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_child_setup,
+            )
+        self.procs[task.name] = proc
+        ts = self.tstate(task)
+        ts.pid, ts.state, ts.exit_code = proc.pid, "starting", None
+
+    def start_all(self) -> None:
+        for task in self.spec.tasks:
+            self.start_task(task)
+        self.attempt_started = time.monotonic()
+        self.state.status = Status.STARTING
+        self.save(force=True)
+
+    def kill_task(self, task: TaskSpec, grace: float) -> None:
+        proc = self.procs.get(task.name)
+        if proc is None:
+            return
+        _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(proc, signal.SIGKILL)  # the group too: a user script's own children
+        proc.wait()
+        ts = self.tstate(task)
+        if ts.state in ("starting", "running"):
+            ts.state = "killed"
+        ts.exit_code = proc.returncode
+
+    def stop_all(self, grace: float | None = None) -> None:
+        grace = self.spec.grace_period_s if grace is None else grace
+        live = [t for t in self.spec.tasks if self.procs.get(t.name) and self.procs[t.name].poll() is None]
+        for t in live:
+            _signal_group(self.procs[t.name], signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(self.procs[t.name].poll() is None for t in live) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for t in self.spec.tasks:
+            self.kill_task(t, 0)
+
+    # -- policy --------------------------------------------------------------------------------------------
+    def restart_cluster(self, why: str) -> bool:
+        if self.state.restarts >= self.spec.max_restarts:
+            return False
+        self.state.restarts += 1
+        self.attempt += 1
+        self.event(f"{why}: restarting the whole cluster from the latest checkpoint "
+                   f"(restart {self.state.restarts}/{self.spec.max_restarts})")
+        self.state.status = Status.RESTARTING
+        self.save(force=True)
+        self.stop_all()
+        for t in self.spec.tasks:
+            self.tstate(t).restarts += 1
+        self.start_all()
+        return True
+
+    def restart_task(self, task: TaskSpec, why: str) -> bool:
+        if self.state.restarts >= self.spec.max_restarts:
+            return False
+        self.state.restarts += 1
+        self.tstate(task).restarts += 1
+        self.event(f"{why}: restarting {task.name} alone; training goes on "
+                   f"(restart {self.state.restarts}/{self.spec.max_restarts})")
+        self.kill_task(task, 0)
+        self.start_task(task)
+        self.save(force=True)
+        return True
+
+    def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
+        self.stop_all()
+        self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
+        self.state.finished_at = time.time()
+        self.event(f"cluster {self.spec.cluster_id} {status.value}: {reason}")
+        self.save(force=True)
+        return code
+
+    def failed(self, reason: str) -> ExitCode:
+        code = ExitCode.USER_CODE_FAILED if self.spec.max_restarts == 0 else ExitCode.RESTARTS_EXHAUSTED
+        if code is ExitCode.RESTARTS_EXHAUSTED:
+            reason = f"{reason}; restarts exhausted ({self.state.restarts}/{self.spec.max_restarts})"
+        return self.finish(Status.FAILED, code, reason)
+
+    # -- main loop -----------------------------------------------------------------------------------------
+    def run(self) -> ExitCode:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        Path(self.spec.run_dir, "logs").mkdir(parents=True, exist_ok=True)
+        self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
+                   + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
+        self.start_all()
+        try:
+            while True:
+                outcome = self.step()
+                if outcome is not None:
+                    return outcome
+                time.sleep(POLL_S)
+        except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
+            self.stop_all(grace=0)
+            self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
+            self.state.reason = f"supervisor error: {exc!r}"
+            self.state.finished_at = time.time()
+            self.save(force=True)
+            raise
+
+    def _on_term(self, signum, frame) -> None:
+        self.terminating = True
+
+    def _stop_requested(self) -> bool:
+        if self.terminating:
+            return True
+        now = time.monotonic()
+        if now - self._last_store_poll >= STORE_POLL_S:
+            self._last_store_poll = now
+            try:
+                self.terminating = self.store.stop_requested(self.spec.cluster_id)
+            except Exception:  # noqa: BLE001 - an unreachable store is not a stop request
+                pass
+        return self.terminating
+
+    def step(self) -> ExitCode | None:
+        if self._stop_requested():
+            return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
+        chief = self.spec.chief
+        for task in self.spec.tasks:
+            proc = self.procs[task.name]
+            code = proc.poll()
+            ts = self.tstate(task)
+            if code is None:
+                if ts.state == "starting" and _listening(task.host, task.port):
+                    ts.state = "running"
+                continue
+            if ts.state in ("exited", "failed", "killed"):
+                continue
+            ts.exit_code = code
+            if code == 0:
+                ts.state = "exited"
+                if self.spec.mode is Mode.ASYNC and task.role is not Role.CHIEF:
+                    if not self.restart_task(task, f"{task.name} exited before the chief finished"):
+                        return self.failed(f"{task.name} exited before the chief finished")
+                    return None
+                done = (task == chief) if self.spec.mode is Mode.ASYNC else all(
+                    self.tstate(t).state == "exited" for t in self.spec.tasks)
+                if done:
+                    return self.finish(Status.SUCCEEDED, ExitCode.SUCCEEDED, "training finished")
+                continue
+            ts.state = "failed"
+            why = f"{task.name} (pid {proc.pid}) {_describe_exit(code)}"
+            self.event(why)
+            if self.spec.mode is Mode.ASYNC and task.role is Role.WORKER:
+                restarted = self.restart_task(task, why)
+            else:
+                restarted = self.restart_cluster(why)
+            if not restarted:
+                return self.failed(why)
+            return None
+
+        if self.state.status in (Status.STARTING, Status.RESTARTING):
+            if all(self.tstate(t).state != "starting" for t in self.spec.tasks):
+                self.state.status = Status.RUNNING
+                self.event(f"all {len(self.spec.tasks)} tasks up after "
+                           f"{time.monotonic() - self.attempt_started:.1f}s")
+                self.save(force=True)
+            elif time.monotonic() - self.attempt_started > self.spec.startup_deadline_s:
+                missing = [t.name for t in self.spec.tasks if self.tstate(t).state == "starting"]
+                return self.finish(Status.FAILED, ExitCode.STARTUP_DEADLINE,
+                                   f"start-up deadline of {self.spec.startup_deadline_s:.0f}s passed; not up: "
+                                   f"{', '.join(missing)} (see their logs in {self.spec.run_dir}/logs)")
+        self.save()
+        return None
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
+    """argv of one task: the runtime with an entry point, or the user's script (chief only in async mode)."""
+    job = spec.job
+    runtime = [sys.executable, "-m", "ignite_tf.runtime"]
+    if spec.mode is Mode.ASYNC and task.role is not Role.CHIEF:
+        return [*runtime, "--serve", *job.get("serve_args", [])]
+    if runs_user_command(spec, task):
+        return list(job["command"])
+    return [*runtime, "--entry-point", job["entry_point"], *job.get("args", [])]
+
+
+def runs_user_command(spec: ClusterSpec, task: TaskSpec) -> bool:
+    return "command" in spec.job and (spec.mode is Mode.SYNC or task.role is Role.CHIEF)
+
+
+def task_cwd(spec: ClusterSpec, task: TaskSpec) -> str:
+    """A user's script runs in its job directory; runtime tasks in their own task directory."""
+    if runs_user_command(spec, task) and spec.job.get("job_dir"):
+        return spec.job["job_dir"]
+    return spec.task_dir(task)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ignite_tf.cluster.supervisor SPEC_JSON", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    spec = ClusterSpec.load(argv[0])
+    store = store_from_env()
+    if store is None:
+        print("error: no state store configured (IGNITE_TF_STATE_STORE)", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    if "job_dir" in spec.job:
+        # User scripts import their own modules from the job directory.
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [spec.job["job_dir"], os.environ.get("PYTHONPATH")]))
+    try:
+        return int(Supervisor(spec, store, task_command).run())
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
