@@ -285,7 +285,8 @@ def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
     job = spec.job
     runtime = [sys.executable, "-m", "ignite_tf.runtime"]
     if spec.mode is Mode.ASYNC and task.role is not Role.CHIEF:
-        return [*runtime, "--serve", *job.get("serve_args", [])]
+        # Workers and parameter servers run a TF server (the runtime's, unless the job brings its own).
+        return list(job.get("serve_command") or [*runtime, "--serve", *job.get("args", [])])
     if runs_user_command(spec, task):
         return list(job["command"])
     return [*runtime, "--entry-point", job["entry_point"], *job.get("args", [])]

@@ -1,0 +1,63 @@
+"""Helpers for cluster tests: find what a cluster left running (processes, listening ports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.sqldata import listening
+
+JOBS = Path(__file__).parent / "jobs"
+PORTJOB = [sys.executable, str(JOBS / "portjob.py")]
+
+
+def cluster_processes(cluster_id: str, run_dir: str | Path | None = None) -> list[psutil.Process]:
+    """Live processes of a cluster: its tasks carry IGNITE_TF_CLUSTER_ID, its supervisor the spec path."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if run_dir and str(run_dir) in cmdline:
+                found.append(proc)
+                continue
+            if proc.environ().get("IGNITE_TF_CLUSTER_ID") == cluster_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def spec_ports(run_dir: str | Path) -> list[int]:
+    spec = json.loads((Path(run_dir) / "cluster.json").read_text())
+    return [t["port"] for t in spec["tasks"]]
+
+
+def assert_nothing_left(cluster_id: str, run_dir: str | Path, timeout: float = 15.0) -> None:
+    """No process of the cluster and no listening port of its tasks remains (waits up to ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = cluster_processes(cluster_id, run_dir)
+        ports = [p for p in spec_ports(run_dir) if listening(p)]
+        if not procs and not ports:
+            return
+        if time.monotonic() > deadline:
+            desc = [(p.pid, " ".join(p.cmdline())[:120]) for p in procs if p.is_running()]
+            raise AssertionError(f"cluster {cluster_id} left processes {desc} and listening ports {ports}")
+        time.sleep(0.2)
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition", poll: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
