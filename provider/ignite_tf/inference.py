@@ -1,0 +1,262 @@
+"""Batch inference, TensorFlowOnSpark's ``inference()``: score cache partitions with a published model.
+
+One call scores one shard (partitions or ReadTasks), so an Airflow task mapped over the shards of a
+ShardPlan scores the whole cache in parallel, each task reading its own partitions. Predictions go to
+``output_cache`` keyed like the input, written with :func:`ignite_tf.etl.load`: a retried shard overwrites
+its own rows and never adds rows. Memory is one read batch plus at most ``write_rows`` pending
+predictions, whatever the size of the shard.
+
+    report = predict_shard(conn, registry_root="/models", model="churn", input_cache="churn",
+                           output_cache="churn_scores", tasks=[0, 1, 2])
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.errors import ConfigError
+from ignite_tf.reader import PartitionReader, ReadTask
+
+KINDS = ("classifier", "regressor")
+
+
+@dataclass
+class InferenceReport:
+    """What one ``predict_shard`` call did; JSON-able through ``to_dict()`` (it travels through XCom).
+
+    :param kind: ``classifier`` (prediction = argmax class, score = its probability) or ``regressor``.
+    :param rows_with_nan: rows with a NULL/NaN feature (scored anyway; their predictions may be NaN).
+    """
+
+    model: str
+    version: str
+    input_cache: str
+    output_cache: str
+    key_column: str = ""
+    features: list[str] = field(default_factory=list)
+    kind: str = ""
+    partitions: list[int] = field(default_factory=list)
+    tasks: int = 0
+    rows_scored: int = 0
+    rows_written: int = 0
+    rows_with_nan: int = 0
+    batches: int = 0
+    writes: int = 0
+    model_load_seconds: float = 0.0
+    read_seconds: float = 0.0
+    predict_seconds: float = 0.0
+    write_seconds: float = 0.0
+    seconds: float = 0.0
+    rows_per_second: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Predictor:
+    """A SavedModel as a function from a float matrix ``(rows, features)`` to an output array.
+
+    Keras SavedModels (with ``keras_metadata.pb``) load with ``tf_keras.models.load_model``; any other
+    SavedModel (``tf.saved_model.save``, Keras 3 ``model.export``) through its ``serving_default`` signature.
+
+    :param path: local SavedModel folder.
+    :param features: feature column names; a model with several inputs gets one column per input name.
+    """
+
+    def __init__(self, path: str, features: list[str]):
+        import tensorflow as tf
+
+        self.features = features
+        if os.path.exists(os.path.join(path, "keras_metadata.pb")):
+            import tf_keras
+
+            self.keras = tf_keras.models.load_model(path, compile=False)
+            self.names = list(self.keras.input_names) if len(self.keras.inputs) > 1 else [None]
+            self.dtypes = [t.dtype.as_numpy_dtype for t in self.keras.inputs]
+            widths = [t.shape[-1] for t in self.keras.inputs]
+        else:
+            self.keras = None
+            loaded = tf.saved_model.load(path)
+            if "serving_default" not in loaded.signatures:
+                raise ConfigError(f"SavedModel {path} has no serving_default signature (signatures: "
+                                  f"{list(loaded.signatures)}): export it with a serving signature")
+            self._loaded, self.fn = loaded, loaded.signatures["serving_default"]
+            specs = self.fn.structured_input_signature[1]
+            outputs = list(self.fn.structured_outputs)
+            if len(outputs) != 1:
+                raise ConfigError(f"SavedModel {path} has outputs {outputs}; predict_shard scores single-output models")
+            self.output = outputs[0]
+            self.names = list(specs)
+            self.dtypes = [specs[n].dtype.as_numpy_dtype for n in self.names]
+            widths = [specs[n].shape[-1] if specs[n].shape.rank else None for n in self.names]
+        if len(self.names) > 1:
+            missing = sorted(set(self.names) - set(features))
+            if missing:
+                raise ConfigError(f"the model takes inputs {self.names}; features {features} lack {missing}")
+        elif widths[0] is not None and widths[0] != len(features):
+            raise ConfigError(f"the model takes {widths[0]} features per row but {len(features)} were given "
+                              f"({features}): pass features= in the order the model was trained with")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if len(self.names) > 1:
+            idx = {f: i for i, f in enumerate(self.features)}
+            inputs = {n: x[:, idx[n]:idx[n] + 1].astype(d) for n, d in zip(self.names, self.dtypes, strict=True)}
+        else:
+            inputs = x.astype(self.dtypes[0], copy=False)
+        if self.keras is not None:
+            return np.asarray(self.keras.predict_on_batch(inputs))
+        if not isinstance(inputs, dict):
+            inputs = {self.names[0]: inputs}
+        return self.fn(**inputs)[self.output].numpy()
+
+
+def postprocess(out: np.ndarray, kind: str | None) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """``(kind, prediction, score)`` from the model's output for a batch.
+
+    A classifier's row that is not already a probability distribution (values >= 0 summing to 1) is taken
+    as logits and soft-maxed, so ``score`` is always a probability; one sigmoid output is a binary classifier.
+    Default kind: classifier for two or more outputs per row, regressor for one.
+    """
+    out = np.asarray(out, dtype=np.float64)
+    out = out.reshape(len(out), -1)
+    width = out.shape[1]
+    kind = kind or ("classifier" if width > 1 else "regressor")
+    if kind == "regressor":
+        if width != 1:
+            raise ConfigError(f"a regressor must give one value per row; this model gives {width}: "
+                              f"pass kind='classifier' if it outputs class scores")
+        return kind, out[:, 0].astype(np.float32), None
+    if width == 1:
+        p = out[:, 0]
+        p = np.where((p >= 0) & (p <= 1), p, 1 / (1 + np.exp(-p)))
+        pred = (p >= 0.5).astype(np.int32)
+        return kind, pred, np.where(pred == 1, p, 1 - p).astype(np.float32)
+    is_prob = (out >= 0).all(axis=1) & (np.abs(out.sum(axis=1) - 1) < 1e-3)
+    shifted = np.exp(out - out.max(axis=1, keepdims=True))
+    probs = np.where(is_prob[:, None], out, shifted / shifted.sum(axis=1, keepdims=True))
+    return kind, probs.argmax(axis=1).astype(np.int32), probs.max(axis=1).astype(np.float32)
+
+
+def _features(features: list[str] | None, params: dict, schema: dict, key: str, cache: str) -> list[str]:
+    if features is None:
+        features = params.get("features")
+    if features is None:
+        label = str(params.get("label") or "label").lower()
+        features = [c for c, d in schema.items() if c not in (key, label) and np.dtype(d).kind in "fiub"]
+    features = [str(f).lower() for f in features]
+    missing = [f for f in features if f not in schema]
+    if missing or not features:
+        raise ConfigError(f"feature(s) {missing or '(none)'} not in cache {cache!r} (columns: {list(schema)}); "
+                          f"pass features= naming columns of the input cache")
+    return features
+
+
+def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, version: str | None = None,
+                  input_cache: str, output_cache: str, tasks, features: list[str] | None = None,
+                  batch_size: int = 1024, kind: str | None = None, with_score: bool = True,
+                  write_rows: int = 50_000, partition_map=None, model_cache_dir: str | None = None,
+                  storage_options: dict | None = None) -> InferenceReport:
+    """Score the rows of ``tasks`` in ``input_cache`` and write the predictions to ``output_cache``.
+
+    Output columns: the input's key column (same key values), ``prediction`` (int32 class for a
+    classifier, float32 value for a regressor) and, for classifiers with ``with_score``, ``score`` (float32
+    probability of the predicted class).
+
+    :param conn: the cluster.
+    :param registry_root: the :class:`~ignite_tf.registry.ModelRegistry` root (path, URL, ObjectStoragePath).
+    :param model: model name in the registry.
+    :param version: version to use; default the production version.
+    :param input_cache: cache holding the rows to score.
+    :param output_cache: cache (SQL table) receiving the predictions; created on first write.
+    :param tasks: partition numbers, ``ReadTask`` objects or their dicts (one shard of a ShardPlan).
+    :param features: input columns in the model's order; default the ``features`` training param recorded in
+        the version's metadata, else every numeric column but the key and the label.
+    :param batch_size: rows per read batch and per model call.
+    :param kind: ``classifier`` or ``regressor``; default the ``task`` training param, else from the output width.
+    :param with_score: also write ``score`` for classifiers.
+    :param write_rows: predictions buffered before each write to Ignite.
+    :param partition_map: a ``PartitionMap`` (or its dict) to route reads without asking the cluster.
+    :param model_cache_dir: where a model from an object-store registry is downloaded.
+    :param storage_options: fsspec options for a URL ``registry_root``.
+    :raises ConfigError: unknown model/version, features or kind, or output_cache == input_cache.
+    """
+    from ignite_tf.etl import load
+    from ignite_tf.registry import ModelRegistry
+
+    started = time.monotonic()
+    if output_cache.lower() == input_cache.lower():
+        raise ConfigError(f"output_cache {output_cache!r} is the input cache: write predictions to another cache")
+    if batch_size < 1 or write_rows < 1:
+        raise ConfigError(f"batch_size and write_rows must be >= 1 (got {batch_size}, {write_rows})")
+    tasks = [ReadTask.coerce(t) for t in tasks]
+    registry = ModelRegistry(registry_root, storage_options=storage_options)
+    version = version or registry.production(model)
+    path = registry.fetch(model, version, cache_dir=model_cache_dir)  # raises when there is no such version
+    params = registry.metadata(model, version).get("params", {})
+    kind = kind or params.get("task")
+    if kind is not None and kind not in KINDS:
+        raise ConfigError(f"kind must be one of {KINDS} (got {kind!r})")
+    report = InferenceReport(model=model, version=version, input_cache=input_cache, output_cache=output_cache,
+                             partitions=sorted({t.partition for t in tasks}), tasks=len(tasks))
+    routes = {}
+    if partition_map is not None:
+        from ignite_tf.partitions import PartitionMap
+
+        pm = partition_map if isinstance(partition_map, PartitionMap) else PartitionMap.from_dict(partition_map)
+        routes = {"primaries": pm.primary_addresses(), "backups": pm.backup_addresses()}
+    with PartitionReader(conn, input_cache, batch_size=batch_size, **routes) as probe:
+        schema, key = dict(probe.schema), probe.key_column
+    report.key_column = key
+    report.features = _features(features, params, schema, key, input_cache)
+    loaded = time.monotonic()
+    predictor = Predictor(path, report.features)
+    report.model_load_seconds = round(time.monotonic() - loaded, 3)
+
+    pending: list[pd.DataFrame] = []
+    client = conn.client()
+
+    def flush():
+        began = time.monotonic()
+        frame = pd.concat(pending, ignore_index=True)
+        pending.clear()
+        load(conn, output_cache, frame, key=key, client=client)
+        report.rows_written += len(frame)
+        report.writes += 1
+        report.write_seconds += time.monotonic() - began
+
+    try:
+        with PartitionReader(conn, input_cache, columns=report.features, batch_size=batch_size, **routes) as reader:
+            began = time.monotonic()
+            for batch in reader.batches(tasks):
+                scoring = time.monotonic()
+                report.read_seconds += scoring - began
+                x = np.column_stack([np.ma.filled(np.ma.asarray(batch[f]).astype(np.float32), np.nan)
+                                     for f in report.features])
+                report.rows_with_nan += int(np.isnan(x).any(axis=1).sum())
+                report.kind, pred, score = postprocess(predictor(x), kind)
+                out = {key: np.asarray(batch[key], dtype=np.int64), "prediction": pred}
+                if score is not None and with_score:
+                    out["score"] = score
+                pending.append(pd.DataFrame(out))
+                report.rows_scored += len(pred)
+                report.batches += 1
+                report.predict_seconds += time.monotonic() - scoring
+                if sum(len(p) for p in pending) >= write_rows:
+                    flush()
+                began = time.monotonic()
+        if pending:
+            flush()
+    finally:
+        client.close()
+    report.kind = report.kind or kind or ""
+    for name in ("read_seconds", "predict_seconds", "write_seconds"):
+        setattr(report, name, round(getattr(report, name), 3))
+    report.seconds = round(time.monotonic() - started, 3)
+    report.rows_per_second = round(report.rows_scored / max(report.seconds, 1e-9), 1)
+    return report
