@@ -19,8 +19,7 @@ from ignite_tf.local_ignite import LocalIgniteCluster, pid_alive
 
 @pytest.fixture(scope="session")
 def ignite_cluster(tmp_path_factory):
-    offset = int(os.environ.get("IGNITE_TF_TEST_PORT_OFFSET", "100"))
-    cluster = LocalIgniteCluster.on_free_ports(tmp_path_factory.mktemp("ignite"), offset, die_with_parent=True)
+    cluster = LocalIgniteCluster.on_free_ports(tmp_path_factory.mktemp("ignite"), "tests", die_with_parent=True)
     cluster.up(2)
     yield cluster
     pids = [n.pid for n in cluster.nodes]

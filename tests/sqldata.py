@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from contextlib import contextmanager
 
-from ignite_tf.local_ignite import LocalIgniteCluster, free_port_bases  # noqa: F401 (re-exported)
+from ignite_tf.local_ignite import LocalIgniteCluster
 
 
 def sql(client, query: str) -> list[list]:
@@ -27,8 +26,7 @@ def create_table(client, name: str, keys, *, template: str = "partitioned", back
 @contextmanager
 def private_cluster(tmp_path, n: int = 2):
     """A cluster of this test's own, for tests that stop or add nodes."""
-    offset = 2100 + (os.getpid() % 50) * 20
-    cluster = LocalIgniteCluster.on_free_ports(tmp_path / "ignite", offset, die_with_parent=True)
+    cluster = LocalIgniteCluster.on_free_ports(tmp_path / "ignite", "private", die_with_parent=True)
     try:
         cluster.up(n)
         yield cluster

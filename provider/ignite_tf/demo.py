@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stages: dict[str, float] = {}
     state = Path(tempfile.mkdtemp(prefix="ignite-tf-demo-"))
-    cluster = LocalIgniteCluster.on_free_ports(state, 500, die_with_parent=True)
+    cluster = LocalIgniteCluster.on_free_ports(state, "demo", die_with_parent=True)
     try:
         t = time.monotonic()
         cluster.up(2)

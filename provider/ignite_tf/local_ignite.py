@@ -139,16 +139,28 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def free_port_bases(first_offset: int = 100, last_offset: int = 4000) -> tuple[int, int, int]:
-    """Client/discovery/communication port bases, offset from the defaults, that nothing listens on.
+# Ranges for clusters that must not collide with a `make ignite-up` cluster nor with each other. All lie
+# below the kernel's ephemeral range (32768+), where outgoing client sockets take ports at random.
+PORT_RANGES = {
+    "tests": (20000, 22000),
+    "private": (22000, 24000),
+    "demo": (24000, 26000),
+    "bench": (26000, 30000),
+}
 
-    Lets a test session, a benchmark or the demo run its own cluster beside a `make ignite-up` one.
+
+def free_port_bases(first: int = 20000, last: int = 22000) -> tuple[int, int, int]:
+    """Client/discovery/communication port bases of a free block of 30 ports in ``[first, last)``.
+
+    The search starts at a pid-dependent block so that concurrent processes rarely race for the same one.
     """
-    for off in range(first_offset, last_offset, 20):
-        bases = (10800 + off, 47500 + off, 47100 + off)
+    blocks = list(range(first, last - 29, 30))
+    start = os.getpid() % len(blocks)
+    for base in blocks[start:] + blocks[:start]:
+        bases = (base, base + MAX_NODES, base + 2 * MAX_NODES)
         if all(port_free(b + i) for b in bases for i in range(MAX_NODES)):
             return bases
-    raise IgniteTFError("no free port range for a local Ignite cluster (10900..14800 all taken?)")
+    raise IgniteTFError(f"no free block of 30 ports in {first}..{last} for a local Ignite cluster")
 
 
 @dataclass
@@ -207,8 +219,9 @@ class LocalIgniteCluster:
         tmp.replace(self.state_dir / "cluster.json")
 
     @classmethod
-    def on_free_ports(cls, state_dir, first_offset: int = 100, **kwargs) -> LocalIgniteCluster:
-        client_port, disco_port, comm_port = free_port_bases(first_offset)
+    def on_free_ports(cls, state_dir, purpose: str = "tests", **kwargs) -> LocalIgniteCluster:
+        """A cluster on a free block of ports from ``PORT_RANGES[purpose]``."""
+        client_port, disco_port, comm_port = free_port_bases(*PORT_RANGES[purpose])
         return cls(state_dir, client_port=client_port, disco_port=disco_port, comm_port=comm_port, **kwargs)
 
     @property
