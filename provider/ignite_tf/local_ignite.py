@@ -196,7 +196,7 @@ class LocalIgniteCluster:
     disco_port: int = 47500
     comm_port: int = 47100
     heap_mb: int = 512
-    region_mb: int = 256
+    region_mb: int = 512
     die_with_parent: bool = False
     nodes: list[Node] = field(default_factory=list)
 
@@ -323,14 +323,14 @@ class LocalIgniteCluster:
         _kill_and_wait(node.pid, sig, wait, self._procs.get(node.pid))
 
     # -- wait ----------------------------------------------------------------------------------------
-    def server_count(self) -> int:
-        """Server nodes in the topology as seen through node 0's (or the first live node's) thin client."""
+    def server_count(self, node: Node | None = None) -> int:
+        """Server nodes in the topology as seen through one node's thin client (default: the first live one)."""
         from pyignite import Client
 
-        for node in self.live_nodes():
+        for candidate in [node] if node else self.live_nodes():
             client = Client(timeout=5)
             try:
-                client.connect("127.0.0.1", node.client_port)
+                client.connect("127.0.0.1", candidate.client_port)
                 with client.sql("SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE") as cur:
                     return int(next(iter(cur))[0])
             except Exception:  # noqa: BLE001 - node still starting; try the next one
@@ -346,7 +346,9 @@ class LocalIgniteCluster:
             if dead and len(self.live_nodes()) < n:
                 tail = _tail(dead[0].log)
                 raise IgniteTFError(f"Ignite {dead[0].instance} exited during start-up; log {dead[0].log}:\n{tail}")
-            if self.server_count() >= n and all(not port_free(x.client_port) for x in self.live_nodes()):
+            # Every node must serve SQL and see the whole topology (a node answers its thin-client port
+            # before its SYS schema is ready).
+            if all(self.server_count(x) >= n for x in self.live_nodes()):
                 return
             if time.monotonic() > deadline:
                 raise IgniteTFError(
