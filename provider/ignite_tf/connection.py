@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,18 @@ DEFAULT_PORT = 10800
 ENV_PREFIX = "IGNITE_TF_"
 log = logging.getLogger(__name__)
 _SSL_KEYS = ("ssl_ca_certfile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers")
+
+
+@contextmanager
+def quiet_pyignite():
+    """Silence pyignite's traceback per refused connection; callers report unreachable nodes themselves."""
+    logger = logging.getLogger("pyignite.connection")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def parse_addresses(value: str | list | tuple, *, source: str = "addresses") -> tuple[tuple[str, int], ...]:
@@ -166,12 +179,9 @@ class IgniteConnectionConfig:
         from pyignite.exceptions import AuthenticationError, ReconnectError
 
         client = Client(**self.client_kwargs(partition_aware))
-        # pyignite logs a traceback per unreachable address; one summary warning (or our error) says it better.
-        quiet = logging.getLogger("pyignite.connection")
-        level = quiet.level
-        quiet.setLevel(logging.CRITICAL)
         try:
-            client.connect(list(self.addresses))
+            with quiet_pyignite():
+                client.connect(list(self.addresses))
         except AuthenticationError as exc:
             raise IgniteUnavailableError(
                 f"Ignite at {self.addresses_str} refused the login of user {self.username!r}: {exc}") from None
@@ -179,8 +189,6 @@ class IgniteConnectionConfig:
             raise IgniteUnavailableError(
                 f"no Ignite node reachable at {self.addresses_str} ({exc.__class__.__name__}): "
                 f"start the cluster (make ignite-up) or fix the connection's addresses") from None
-        finally:
-            quiet.setLevel(level)
         down = [f"{c.host}:{c.port}" for c in client._nodes if not c.alive]
         if down:
             log.warning("Ignite node(s) %s not reachable; using %d other node(s)", ", ".join(down),

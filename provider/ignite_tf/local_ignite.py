@@ -327,10 +327,13 @@ class LocalIgniteCluster:
         """Server nodes in the topology as seen through one node's thin client (default: the first live one)."""
         from pyignite import Client
 
+        from ignite_tf.connection import quiet_pyignite
+
         for candidate in [node] if node else self.live_nodes():
             client = Client(timeout=5)
             try:
-                client.connect("127.0.0.1", candidate.client_port)
+                with quiet_pyignite():
+                    client.connect("127.0.0.1", candidate.client_port)
                 with client.sql("SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE") as cur:
                     return int(next(iter(cur))[0])
             except Exception:  # noqa: BLE001 - node still starting; try the next one
