@@ -1,0 +1,32 @@
+"""Example model entry points for ``python -m ignite_tf.runtime --entry-point ignite_tf.models:...``.
+
+An entry point is a function that returns a COMPILED tf_keras model. The runtime calls it inside the
+distribution strategy's scope and passes the keyword arguments it accepts among ``learning_rate``,
+``n_features`` (the number of feature columns read) and the ``--model-arg`` values.
+"""
+
+from __future__ import annotations
+
+
+def tabular_classifier(n_features: int = 16, n_classes: int = 3, learning_rate: float = 0.01, hidden: int = 32):
+    """A small MLP for ``ignite_tf.demo_data.tabular``: sparse categorical cross-entropy, accuracy.
+
+    :param n_features: width of the input (feature columns).
+    :param n_classes: label values ``0 .. n_classes-1``.
+    :param learning_rate: Adam's learning rate.
+    :param hidden: units of each of the two hidden layers.
+    """
+    from ignite_tf.runtime import _tf
+
+    _tf()
+    import tf_keras
+
+    model = tf_keras.Sequential([
+        tf_keras.layers.InputLayer(input_shape=(int(n_features),)),
+        tf_keras.layers.Dense(int(hidden), activation="relu"),
+        tf_keras.layers.Dense(int(hidden), activation="relu"),
+        tf_keras.layers.Dense(int(n_classes), activation="softmax"),
+    ])
+    model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate=float(learning_rate)),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model

@@ -1,0 +1,427 @@
+"""The worker runtime: what every task of a TensorFlow cluster runs.
+
+The launcher starts each task as ``python -m ignite_tf.runtime --entry-point module:function --epochs N
+--batch-size B --label label`` with ``TF_CONFIG`` and the ``IGNITE_TF_*`` environment (see
+``ignite_tf.cluster.spec``), in the task's own directory. The task's role decides what it does:
+
+- sync mode (MultiWorkerMirroredStrategy): every worker trains; worker 0 is the chief;
+- async mode (ParameterServerStrategy): the ``chief`` trains (it is the coordinator); each ``worker`` writes
+  its shard into a local feed (see ``ignite_tf.runtime_feed``) and then serves; each ``ps`` serves.
+
+``train`` builds the model from the entry point (a function returning a COMPILED tf_keras model, called
+inside ``strategy.scope()``), trains it with ``BackupAndRestore`` (a restarted cluster resumes at the last
+finished epoch) and a callback that, on the chief, prints one line per epoch, reports it to the cluster
+state and writes it as TensorBoard scalars; then saves the model as a SavedModel in ``<checkpoint_dir>/model``.
+
+TensorFlow is imported inside functions only (``TF_USE_LEGACY_KERAS=1`` is set first: with Keras 3,
+``fit`` under MultiWorkerMirroredStrategy fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.spec import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_CLUSTER_ID,
+    ENV_MODE,
+    ENV_TENSORBOARD_DIR,
+    Mode,
+)
+from ignite_tf.errors import ConfigError
+
+MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
+
+
+@dataclass
+class TaskInfo:
+    """This process's place in the cluster, from ``TF_CONFIG`` and ``IGNITE_TF_MODE``."""
+
+    type: str | None  # chief, worker, ps; None outside a cluster
+    index: int
+    mode: Mode
+    cluster: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def workers(self) -> int:
+        return len(self.cluster.get("worker", [])) or 1
+
+    @property
+    def is_chief(self) -> bool:
+        if self.type is None or self.type == "chief":
+            return True
+        return self.type == "worker" and self.index == 0 and "chief" not in self.cluster
+
+    @property
+    def serves(self) -> bool:
+        """True for tasks that only run a TF server (async workers and parameter servers)."""
+        return self.type == "ps" or (self.mode is Mode.ASYNC and self.type == "worker")
+
+
+def task_info(mode: Mode | str | None = None, environ: dict[str, str] | None = None) -> TaskInfo:
+    env = os.environ if environ is None else environ
+    raw = env.get("TF_CONFIG")
+    config: dict[str, Any] = {}
+    if raw:
+        try:
+            config = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+    cluster = config.get("cluster") or {}
+    task = config.get("task") or {}
+    chosen = mode or env.get(ENV_MODE) or (Mode.ASYNC if "ps" in cluster else Mode.SYNC)
+    try:
+        chosen = Mode(chosen)
+    except ValueError:
+        raise ConfigError(f"mode must be one of {[m.value for m in Mode]} (got {chosen!r} from "
+                          f"{'the mode argument' if mode else ENV_MODE})") from None
+    if chosen is Mode.ASYNC and cluster and ("ps" not in cluster or "chief" not in cluster):
+        raise ConfigError(f"async mode needs a 'chief' and 'ps' tasks in TF_CONFIG's cluster "
+                          f"(got {sorted(cluster)}); use mode=sync for a workers-only cluster")
+    if chosen is Mode.SYNC and "ps" in cluster:
+        raise ConfigError("sync mode (MultiWorkerMirroredStrategy) has no parameter servers, but TF_CONFIG's "
+                          "cluster lists 'ps' tasks: use mode=async, or plan the cluster without ps")
+    return TaskInfo(task.get("type") if cluster else None, int(task.get("index", 0)), chosen, cluster)
+
+
+def _tf():
+    """Import TensorFlow the way the runtime needs it (Keras 2 API through tf_keras)."""
+    if "tensorflow" not in sys.modules:
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    elif os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        print("warning: tensorflow was imported before TF_USE_LEGACY_KERAS=1 was set; the runtime uses tf_keras "
+              "explicitly, but a model built with tf.keras (Keras 3) will fail under distribution",
+              file=sys.stderr)
+    import tensorflow as tf
+
+    return tf
+
+
+def strategy(mode: Mode | str | None = None):
+    """The distribution strategy for this task.
+
+    No TF_CONFIG: the default strategy. Sync: ``MultiWorkerMirroredStrategy()``. Async (chief only):
+    ``ParameterServerStrategy(TFConfigClusterResolver())``. TensorFlow waits without limit for missing
+    peers here; the supervisor enforces the start-up deadline.
+    """
+    info = task_info(mode)
+    tf = _tf()
+    if info.type is None:
+        return tf.distribute.get_strategy()
+    if info.mode is Mode.SYNC:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if info.type != "chief":
+        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: call serve(), not strategy(); "
+                          f"only the chief creates the ParameterServerStrategy")
+    # Fail fast on a lost worker so the coordinator reschedules its steps instead of waiting on gRPC.
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.ParameterServerStrategy(resolver)
+
+
+def serve(*, epochs: int = 0, batch_size: int = 1024, label: str | None = None, features: list[str] | None = None,
+          shuffle_buffer: int = 10_000, join: bool = True):
+    """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
+
+    An async worker first writes its feed (``./feed``, see ``ignite_tf.runtime_feed``) for ``epochs``
+    epochs, so the chief's dataset graph finds it when the server starts answering. That costs disk
+    (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens.
+    """
+    info = task_info()
+    if not info.serves:
+        raise ConfigError(f"task {info.type}-{info.index} in {info.mode.value} mode trains, it does not serve: "
+                          f"only async workers and ps tasks serve")
+    if info.type == "worker":
+        if epochs < 1:
+            raise ConfigError(f"an async worker needs epochs >= 1 to write its feed (got {epochs})")
+        from ignite_tf.runtime_feed import write_feed
+
+        write_feed(epochs, batch_size=batch_size, label=label, features=features, worker=info.index,
+                   shuffle_buffer=shuffle_buffer, log=_log)
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    tf = _tf()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # The coordinator's closures need inter-op threads beyond one per core on small machines.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=max(2, info.workers + 1))
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=info.type, task_index=info.index,
+                                  protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+    _log(f"serving {info.type}-{info.index} at {server.target} (cwd {os.getcwd()})")
+    if join:
+        server.join()
+    return server
+
+
+def load_entry_point(entry_point: str):
+    """``"package.module:function"`` -> the function."""
+    module_name, _, attr = str(entry_point).partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"entry point {entry_point!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"entry point {entry_point!r}: cannot import {module_name!r} ({exc}); put its "
+                          f"directory on PYTHONPATH or install it in the workers' environment") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"entry point {entry_point!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def build_model(fn, offered: dict[str, Any]):
+    """Call the model function with the keyword arguments it accepts, check it returns a compiled model."""
+    import tf_keras
+
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in offered.items() if v is not None and (takes_any or k in params)}
+    model = fn(**kwargs)
+    name = getattr(fn, "__qualname__", fn)
+    if not isinstance(model, tf_keras.Model):
+        raise ConfigError(f"model function {name} returned {type(model).__name__}, not a tf_keras Model: build "
+                          f"it with tf_keras (or tf.keras under TF_USE_LEGACY_KERAS=1)")
+    if model.optimizer is None:
+        raise ConfigError(f"model function {name} returned a model that is not compiled: call model.compile("
+                          f"optimizer=..., loss=..., metrics=[...]) before returning it")
+    if not model.built and offered.get("n_features"):
+        model.build((None, offered["n_features"]))
+    return model
+
+
+def train(entry_point, *, epochs: int, batch_size: int, label: str, features: list[str] | None = None,
+          learning_rate: float | None = None, steps_per_epoch: int | None = None,
+          checkpoint_every_steps: int | None = None, shuffle_buffer: int = 10_000,
+          model_kwargs: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
+          tensorboard_dir: str | None = None, plan=None, mode: Mode | str | None = None) -> dict[str, Any]:
+    """Train the entry point's model on this worker's data (sync workers, the async chief, or alone).
+
+    :param entry_point: ``"module:function"`` (or the function) returning a compiled tf_keras model; it is
+        passed ``learning_rate``, ``n_features`` and ``model_kwargs`` where its signature accepts them.
+    :param epochs: total epochs; a restarted cluster resumes after the last backed-up one.
+    :param batch_size: rows per step per worker (sync: the global batch is this times the workers).
+    :param label: the label column; features are every other column but the key, unless ``features``.
+    :param steps_per_epoch: default: sync, the smallest shard over all epochs / batch_size; async, all
+        rows / batch_size (steps of all workers together).
+    :param checkpoint_every_steps: back up every N steps instead of every epoch (sync; PSS backs up per epoch).
+    :param checkpoint_dir: default ``IGNITE_TF_CHECKPOINT_DIR``, else ``./checkpoints``: ``backup/`` holds
+        BackupAndRestore's state, ``model/`` the trained SavedModel (written by the chief).
+    :param tensorboard_dir: default ``IGNITE_TF_TENSORBOARD_DIR``, else ``./tensorboard``.
+    :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
+    """
+    import ignite_tf.data as itd
+    from ignite_tf.runtime_feed import columns, feed_dataset_fn, resume_point, sync_dataset
+
+    info = task_info(mode)
+    if info.serves:
+        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1 (got epochs={epochs}, batch_size={batch_size})")
+    tf = _tf()
+    import tf_keras
+
+    fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
+    plan = itd.load_plan(plan)
+    ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
+    tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
+    names, label_name, label_dtype = columns(plan, label, features)
+    strat = strategy(info.mode)
+    if info.mode is Mode.ASYNC and info.type == "chief":
+        steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
+        examples_per_step = batch_size
+        step_level = False  # tf_keras backs up PSS training per epoch only
+    else:
+        steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
+        examples_per_step = batch_size * strat.num_replicas_in_sync
+        step_level = bool(checkpoint_every_steps)
+    backup_dir = ckpt / "backup"
+    start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
+    if start_epoch >= epochs:
+        start_epoch, start_step = epochs - 1, 0  # the backup is of the last epoch: fit ends at once
+    if start_epoch or start_step:
+        _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
+
+    with strat.scope():
+        model = build_model(fn, {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)})
+    if info.mode is Mode.ASYNC and info.type == "chief":
+        data = tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
+            n_features=len(names), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
+    else:
+        data = strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
+            plan=plan, batch_size=batch_size, label=label_name, features=names, epochs=epochs, steps=steps,
+            start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
+            input_context=ctx if info.type else None))
+    reporter = _reporter(tf, tf_keras, info, epochs, steps, examples_per_step, tb_dir)
+    # Backup first: an epoch is reported only once it would survive a restart.
+    callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
+                 reporter]
+    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    info_json = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
+                 "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
+                 "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
+                 "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
+    model_dir = save_model(model, ckpt, info, info_json)
+    return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
+            "chief": info.is_chief}
+
+
+def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: dict[str, Any]) -> str | None:
+    """Save the model as ``<checkpoint_dir>/model`` (SavedModel, with ``ignite_tf_model.json`` inside).
+
+    Under MultiWorkerMirroredStrategy saving is collective: every worker must call it, so the others
+    save to a temporary directory and delete it. The chief writes to a temporary name and renames, so a
+    reader never sees half a model.
+    """
+    ckpt = Path(checkpoint_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    final = ckpt / "model"
+    if not info.is_chief:
+        tmp = ckpt / f".model-{info.type}-{info.index}-{os.getpid()}"
+        model.save(str(tmp), save_format="tf")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    tmp = ckpt / f".model-tmp-{os.getpid()}"
+    model.save(str(tmp), save_format="tf")
+    (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
+    old = ckpt / f".model-old-{os.getpid()}"
+    if final.exists():
+        final.replace(old)
+    tmp.replace(final)
+    shutil.rmtree(old, ignore_errors=True)
+    _log(f"model saved to {final}", info)
+    return str(final)
+
+
+def _reporter(tf, tf_keras, info: TaskInfo, epochs: int, steps: int, examples_per_step: int, tb_dir: Path):
+    """On the chief, per epoch: a log line, the same dict to the cluster state, TensorBoard scalars.
+
+    TensorFlow 2.21 no longer installs the ``tensorboard`` package that Keras' TensorBoard callback needs,
+    so the scalars are written with core ``tf.summary.write`` under the metadata TensorBoard's scalar
+    plugin reads (``<tb_dir>/train``, tags ``epoch_loss``, ``epoch_accuracy``... as Keras names them).
+    """
+    from tensorflow.core.framework import summary_pb2
+
+    scalar = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+        data_class=summary_pb2.DATA_CLASS_SCALAR)
+    hidden = ("epoch", "epochs", "examples_per_s", "epoch_s", "steps", "attempt", "time")
+
+    class EpochReporter(tf_keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.last: dict[str, Any] = {}
+            self._t0 = time.monotonic()
+            self._store = self._writer = None
+            self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
+            if info.is_chief and self._cluster_id:
+                from ignite_tf.cluster.state import store_from_env
+
+                self._store = store_from_env()
+
+        def on_train_begin(self, logs=None):
+            if info.is_chief:
+                self._writer = tf.summary.create_file_writer(str(tb_dir / "train"))
+
+        def on_train_end(self, logs=None):
+            if self._writer is not None:
+                self._writer.close()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t0 = time.monotonic()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds = time.monotonic() - self._t0
+            metrics: dict[str, Any] = {"epoch": epoch + 1, "epochs": epochs}
+            for key, value in (logs or {}).items():
+                try:
+                    metrics[key] = round(float(value), 6)
+                except (TypeError, ValueError):
+                    continue
+            metrics.update({"examples_per_s": round(steps * examples_per_step / max(seconds, 1e-9), 1),
+                            "epoch_s": round(seconds, 3), "steps": steps,
+                            "attempt": int(os.environ.get(ENV_ATTEMPT, "0") or 0), "time": round(time.time(), 3)})
+            self.last = metrics
+            if not info.is_chief:
+                return
+            shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k not in hidden)
+            print(f"epoch {epoch + 1}/{epochs} {shown} examples/s={metrics['examples_per_s']:.0f} "
+                  f"epoch_s={seconds:.1f}", flush=True)
+            if self._writer is not None:
+                with self._writer.as_default():
+                    for key, value in metrics.items():
+                        if key not in ("epoch", "epochs", "steps", "attempt", "time"):
+                            tf.summary.write(f"epoch_{key}", tf.constant(value, tf.float32), step=epoch,
+                                             metadata=scalar)
+                self._writer.flush()
+            if self._store is not None:
+                try:
+                    self._store.add_epoch(self._cluster_id, metrics)
+                except Exception as exc:  # noqa: BLE001 - metrics must never stop training
+                    print(f"warning: could not report epoch {epoch + 1} to {self._store.describe()}: {exc}",
+                          file=sys.stderr, flush=True)
+
+    return EpochReporter()
+
+
+def _log(message: str, info: TaskInfo | None = None) -> None:
+    if info is None or info.is_chief or info.serves:
+        print(message, flush=True)
+
+
+def _model_arg(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-arg {text!r}: expected key=value")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ignite_tf.runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--entry-point", help="module:function returning a compiled tf_keras model")
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per step per worker (default 64)")
+    parser.add_argument("--label", required=True, help="label column")
+    parser.add_argument("--features", help="comma-separated feature columns (default: all but key and label)")
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--steps-per-epoch", type=int)
+    parser.add_argument("--checkpoint-every-steps", type=int)
+    parser.add_argument("--shuffle-buffer", type=int, default=10_000)
+    parser.add_argument("--model-arg", type=_model_arg, action="append", default=[], metavar="KEY=VALUE",
+                        help="extra keyword argument of the model function (value parsed as JSON if it can be)")
+    parser.add_argument("--serve", action="store_true",
+                        help="only serve (async worker / ps); the default decides from TF_CONFIG's task type")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    features = [f.strip() for f in args.features.split(",") if f.strip()] if args.features else None
+    try:
+        info = task_info()
+        if args.serve or info.serves:
+            serve(epochs=args.epochs, batch_size=args.batch_size, label=args.label, features=features,
+                  shuffle_buffer=args.shuffle_buffer)
+            return 0
+        if not args.entry_point:
+            raise ConfigError("--entry-point module:function is required for a task that trains")
+        train(args.entry_point, epochs=args.epochs, batch_size=args.batch_size, label=args.label,
+              features=features, learning_rate=args.learning_rate, steps_per_epoch=args.steps_per_epoch,
+              checkpoint_every_steps=args.checkpoint_every_steps, shuffle_buffer=args.shuffle_buffer,
+              model_kwargs=dict(args.model_arg))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

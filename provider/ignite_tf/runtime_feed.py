@@ -1,0 +1,197 @@
+"""Input pipelines of the worker runtime: sync datasets, the async workers' local feed, resume points.
+
+Sync mode (MultiWorkerMirroredStrategy): every worker runs its own input pipeline, so it reads its shard
+straight from Ignite with ``ignite_tf.data.dataset``; the epochs of one ``fit`` are chained, each epoch
+exactly ``steps`` batches long (all workers must take the same number of steps).
+
+Async mode (ParameterServerStrategy): the chief traces the ``dataset_fn`` ONCE into a graph that every
+worker executes, so a generator that reads Ignite cannot run there and every worker gets the same graph.
+Each async worker therefore first writes its shard's rows for every epoch into its OWN working directory
+(``feed/epoch-00000.tfrecord``, ...; one TFRecord record per block of ``batch_size`` rows, raw float32
+bytes ``[rows, n_features + 1]`` with the label in the last column), and only then starts its TF server.
+The chief's ``dataset_fn`` names the files by RELATIVE paths, which each worker process resolves against
+its own working directory, so each worker reads its own shard (checked by ``tests/test_runtime.py``).
+
+Disk cost of the feed, per worker: ``epochs x shard rows x (n_features + 1) x 4`` bytes (10 epochs of a
+1M-row shard with 16 features: 680 MB). A restarted worker reuses a complete feed written for the same
+plan, columns, batch size and epochs (``feed/meta.json``) instead of reading Ignite again. The feed lives
+in the task directory of the run; removing the run directory removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from functools import reduce
+from pathlib import Path
+
+import numpy as np
+
+import ignite_tf.data as itd
+from ignite_tf.errors import ConfigError
+
+FEED_DIR = "feed"  # relative on purpose: resolved against each worker's own working directory
+_META = "meta.json"
+
+
+def feed_file(epoch: int, feed_dir: str = FEED_DIR) -> str:
+    return f"{feed_dir}/epoch-{int(epoch):05d}.tfrecord"
+
+
+def columns(plan, label: str | None, features: list[str] | None, conn=None) -> tuple[list[str], str, np.dtype]:
+    """(feature names, label name, label dtype) of the plan's cache; numeric columns only."""
+    if not label:
+        raise ConfigError("no label column: pass label=... (--label), the column the model predicts")
+    names, label_name, dtypes = itd._columns(plan, conn, label, features, False)
+    bad = [n for n in [*names, label_name] if np.dtype(dtypes[n]).kind not in "fiub"]
+    if bad:
+        raise ConfigError(f"column(s) {bad} of cache '{plan.partition_map.cache}' are not numeric: the runtime "
+                          f"feeds float32 features; pass --features with numeric columns only")
+    return names, label_name, np.dtype(dtypes[label_name])
+
+
+# -- sync: chained per-epoch datasets read from Ignite ------------------------------------------------------
+def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | None, epochs: int, steps: int,
+                 start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000, input_context=None,
+                 conn=None):
+    """This worker's batches for epochs ``start_epoch .. epochs-1``, exactly ``steps`` per epoch.
+
+    Each epoch reads that epoch's assignment of the plan (reshuffled per epoch); a short shard is repeated
+    and a long one cut so every worker takes the same number of steps. The first epoch skips
+    ``start_step`` batches (resuming from a step-level backup).
+    """
+    import tensorflow as tf
+
+    def one(epoch: int):
+        ds = itd.dataset(batch_size, epoch, label=label, features=features, stack=True, plan=plan, conn=conn,
+                         shuffle_buffer=shuffle_buffer, prefetch=False, input_context=input_context)
+        ds = ds.repeat().take(steps)
+        return ds.skip(start_step) if epoch == start_epoch and start_step else ds
+
+    # Concatenation opens an epoch's reader only when the previous epoch is exhausted.
+    ds = reduce(lambda a, b: a.concatenate(b), [one(e) for e in range(start_epoch, epochs)])
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# -- async: the workers' local feed ------------------------------------------------------------------------
+def _fingerprint(plan, names, label_name, batch_size, epochs, shuffle_buffer) -> str:
+    text = json.dumps([plan.to_dict(), names, label_name, batch_size, epochs, shuffle_buffer], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def write_feed(epochs: int, *, batch_size: int, label: str, features: list[str] | None = None,
+               worker: int | None = None, plan=None, conn=None, shuffle_buffer: int = 10_000,
+               feed_dir: str | Path = FEED_DIR, log=print) -> dict:
+    """Write this worker's shard for epochs ``0 .. epochs-1`` under ``feed_dir`` (default ``./feed``).
+
+    Every file is written to a temporary name and renamed, and ``meta.json`` last, so a feed with a
+    ``meta.json`` is complete. A complete feed with the same fingerprint is reused.
+
+    :param epochs: epochs of training; one file per epoch (each epoch's plan assignment differs).
+    :param batch_size: rows per record (the chief turns each record into one batch).
+    :param worker: this worker's index (default: from TF_CONFIG).
+    :returns: the feed's meta: rows and bytes per epoch, columns, seconds, ``reused``.
+    """
+    import tensorflow as tf
+
+    plan = itd.load_plan(plan, conn=conn)
+    index = itd.worker_index() if worker is None else int(worker)
+    names, label_name, _ = columns(plan, label, features, conn)
+    fingerprint = _fingerprint(plan, names, label_name, batch_size, epochs, shuffle_buffer)
+    out = Path(feed_dir)
+    meta_path = out / _META
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("fingerprint") == fingerprint and meta.get("worker") == index and all(
+                (out / Path(feed_file(e)).name).exists() for e in range(epochs)):
+            log(f"feed: reusing {out} ({sum(meta['rows'])} rows, {epochs} epochs)")
+            return {**meta, "reused": True}
+        meta_path.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    rows, sizes = [], []
+    for epoch in range(epochs):
+        path = out / Path(feed_file(epoch)).name
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        n = 0
+        with tf.io.TFRecordWriter(str(tmp)) as writer:
+            for batch in itd.batches(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
+                                     columns=[*names, label_name], shuffle_buffer=shuffle_buffer):
+                block = np.empty((len(batch[label_name]), len(names) + 1), dtype=np.float32)
+                for j, name in enumerate([*names, label_name]):
+                    block[:, j] = itd._filled(batch[name])
+                writer.write(block.tobytes())
+                n += len(block)
+        tmp.replace(path)
+        rows.append(n)
+        sizes.append(path.stat().st_size)
+        log(f"feed: worker {index} epoch {epoch}: {n} rows, {sizes[-1] / 2**20:.1f} MiB -> {path}")
+    meta = {"fingerprint": fingerprint, "worker": index, "epochs": epochs, "features": names, "label": label_name,
+            "batch_size": batch_size, "rows": rows, "bytes": sizes, "seconds": round(time.monotonic() - started, 3)}
+    tmp = meta_path.with_name(f".{_META}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(meta_path)
+    return {**meta, "reused": False}
+
+
+def feed_dataset_fn(*, n_features: int, label_dtype, epochs: int, start_epoch: int = 0,
+                    feed_dir: str = FEED_DIR):
+    """The chief's ``dataset_fn`` over the workers' feeds: ``(features [b, n], label [b])`` batches, repeated.
+
+    ``feed_dir`` must stay relative: the traced graph runs in each worker process, whose working
+    directory holds that worker's own feed.
+    """
+    import tensorflow as tf
+
+    if os.path.isabs(str(feed_dir)):
+        raise ConfigError(f"feed_dir {feed_dir!r} must be relative: each worker resolves it in its own directory")
+    files = [feed_file(e, str(feed_dir)) for e in range(start_epoch, epochs)]
+    label_tf = tf.as_dtype(np.dtype(label_dtype))
+
+    def decode(record):
+        block = tf.reshape(tf.io.decode_raw(record, tf.float32), [-1, n_features + 1])
+        return block[:, :n_features], tf.cast(block[:, n_features], label_tf)
+
+    def dataset_fn(input_context=None):
+        ds = tf.data.TFRecordDataset(files).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+        # Async workers run at their own pace: a fast worker wraps around instead of running dry.
+        return ds.repeat().prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def read_feed(feed_dir: str | Path, epoch: int) -> np.ndarray:
+    """The rows of one epoch's feed file as a ``[rows, n_features + 1]`` float32 array (for checks)."""
+    import tensorflow as tf
+
+    path = Path(feed_dir) / Path(feed_file(epoch)).name
+    blocks = [np.frombuffer(r.numpy(), dtype=np.float32) for r in tf.data.TFRecordDataset(str(path))]
+    meta = json.loads((Path(feed_dir) / _META).read_text())
+    width = len(meta["features"]) + 1
+    return np.concatenate(blocks).reshape(-1, width) if blocks else np.empty((0, width), np.float32)
+
+
+# -- resuming ---------------------------------------------------------------------------------------------
+def resume_point(backup_dir: str | Path, steps_per_epoch: int, *, step_level: bool = False) -> tuple[int, int]:
+    """``(epoch, step)`` where ``fit`` will resume from ``BackupAndRestore(backup_dir)``; (0, 0) if no backup.
+
+    Mirrors tf_keras' own rule (worker_training_state.py) so the input pipeline can start at the same
+    epoch before ``fit`` restores the model.
+    """
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(Path(backup_dir) / "chief"))
+    if not latest:
+        return 0, 0
+    names = dict(tf.train.list_variables(latest))
+    epoch_key = next((k for k in names if k.startswith("ckpt_saved_epoch")), None)
+    batch_key = next((k for k in names if k.startswith("ckpt_saved_batch")), None)
+    epoch = int(tf.train.load_variable(latest, epoch_key)) if epoch_key else -1
+    batch = int(tf.train.load_variable(latest, batch_key)) if batch_key else -1
+    if step_level:
+        if batch < 0:
+            return 0, 0
+        return (epoch + 1, 0) if batch == steps_per_epoch - 1 else (epoch, batch + 1)
+    return (epoch + 1, 0) if epoch >= 0 else (0, 0)
