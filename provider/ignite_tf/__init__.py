@@ -48,6 +48,25 @@ def get_provider_info() -> dict:
         "hooks": [
             {"integration-name": "Apache Ignite", "python-modules": ["ignite_tf.hooks.ignite"]},
         ],
+        "operators": [
+            {
+                "integration-name": "Apache Ignite",
+                "python-modules": [
+                    "ignite_tf.operators.ignite",
+                    "ignite_tf.operators.shards",
+                    "ignite_tf.operators.validation",
+                    "ignite_tf.operators.tensorflow",
+                    "ignite_tf.operators.publish",
+                    "ignite_tf.operators.inference",
+                ],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Apache Ignite", "python-modules": ["ignite_tf.sensors.tf_cluster"]},
+        ],
+        "triggers": [
+            {"integration-name": "Apache Ignite", "python-modules": ["ignite_tf.triggers.tf_cluster"]},
+        ],
         # Airflow >= 3.2 reads the connection form from here without importing the hook (the hook's
         # get_connection_form_widgets/get_ui_field_behaviour are only the fallback for older UIs).
         "connection-types": [

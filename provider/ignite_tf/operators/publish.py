@@ -1,0 +1,95 @@
+"""PublishModelOperator: publish the trained model to a registry behind a blessing gate, emit an Asset event."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Asset
+
+from ignite_tf.operators.base import IgniteTFOperator, as_dict
+
+
+def model_asset(registry_root: str, model: str) -> Asset:
+    """The Asset a published model updates; downstream DAGs schedule on it (``schedule=[model_asset(...)]``)."""
+    root = str(registry_root).rstrip("/")
+    uri = f"{root}/{model}" if "://" in root else f"file://{Path(root).absolute()}/{model}"
+    return Asset(name=f"ignite_tf_model_{model}", uri=uri)
+
+
+class PublishModelOperator(IgniteTFOperator):
+    """Publish the chief's SavedModel, checkpoint and TensorBoard logs as a new version; promote it to
+    ``production`` only if the blessing gate passes.
+
+    Every run publishes a candidate; the Asset event (extra: version, status) is emitted on every publish.
+
+    :param registry_root: registry location: a path, an fsspec URL or an ObjectStoragePath (templated).
+    :param model_name: model name in the registry (templated).
+    :param training: the ``TFClusterOperator`` result (run_dir, metrics).
+    :param thresholds: metric -> (min, max) that a production model must meet.
+    :param tolerance: relative slack against the current production model's metrics.
+    :param validation: the ``ValidationGateOperator`` result (recorded in the metadata).
+    :param partition_map: the PartitionMap (recorded: cache, rows, layout summary).
+    :param training_params: training parameters to record.
+    """
+
+    template_fields: Sequence[str] = ("registry_root", "model_name", "training", "validation", "partition_map",
+                                      "training_params")
+
+    def __init__(self, *, registry_root: str, model_name: str, training: Any, thresholds: dict | None = None,
+                 tolerance: float = 0.0, validation: Any = None, partition_map: Any = None,
+                 training_params: dict | None = None, **kwargs):
+        kwargs.setdefault("outlets", [model_asset(registry_root, model_name)])
+        super().__init__(**kwargs)
+        self.registry_root, self.model_name, self.training = registry_root, model_name, training
+        self.thresholds, self.tolerance = thresholds or {}, tolerance
+        self.validation, self.partition_map = validation, partition_map
+        self.training_params = training_params or {}
+
+    def execute(self, context) -> dict[str, Any]:
+        from ignite_tf.registry import BlessingGate, ModelRegistry
+
+        training = as_dict(self.training)
+        run_dir = Path(training["run_dir"])
+        metrics = {k: v for k, v in (training.get("metrics") or {}).items() if isinstance(v, int | float)}
+        data: dict[str, Any] = {}
+        if self.partition_map:
+            from ignite_tf.partitions import PartitionMap
+
+            pm = PartitionMap.from_dict(as_dict(self.partition_map))
+            data.update({"cache": pm.cache, "rows": pm.total_rows, "partitions": pm.partitions,
+                         "partition_map_summary": pm.summary()})
+        if self.validation:
+            validation = as_dict(self.validation)
+            data["validation"] = {k: validation[k] for k in ("passed", "rows", "shards", "failures") if k in validation}
+        ti = context["ti"]
+        run_context = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
+                       "try_number": ti.try_number, "cluster_id": training.get("cluster_id")}
+        gate = BlessingGate(thresholds={k: tuple(v) for k, v in self.thresholds.items()}, tolerance=self.tolerance)
+        result = ModelRegistry(self.registry_root).publish(
+            self.model_name, saved_model_dir=str(run_dir / "checkpoints" / "model"),
+            checkpoint_dir=str(run_dir / "checkpoints" / "backup"), tensorboard_dir=str(run_dir / "tensorboard"),
+            metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
+            context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
+        )
+        self.log.info("published %s %s as %s%s", self.model_name, result.version, result.status,
+                      f" ({'; '.join(result.reasons)})" if result.reasons else "")
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = {"version": result.version, "status": result.status}
+        return result.to_dict()
+
+
+def _ignite_version(conn) -> str | None:
+    try:
+        client = conn.client()
+    except Exception:  # noqa: BLE001 - the version is informational
+        return None
+    try:
+        with client.sql("SELECT VERSION FROM SYS.NODES LIMIT 1") as cursor:
+            return str(next(iter(cursor))[0]).split("#")[0]
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        client.close()

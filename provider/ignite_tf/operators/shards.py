@@ -1,0 +1,54 @@
+"""ShardPlanOperator: plan each worker's share of the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ignite_tf.operators.base import IgniteTFOperator, as_dict
+
+
+class ShardPlanOperator(IgniteTFOperator):
+    """Build a ShardPlan over a PartitionMap (from an upstream ``IgnitePartitionsOperator`` or discovered here).
+
+    Pushes the plan (JSON) as XCom ``plan`` and returns the shard indices ``[0, 1, ..., workers - 1]``, so that
+    per-shard tasks map over the return value (Airflow maps only over return values)::
+
+        plan = ShardPlanOperator(task_id="shard_plan", ...)
+        ValidateShardOperator.partial(task_id="validate", plan=plan.output["plan"], ...).expand(shard=plan.output)
+        TFClusterOperator(task_id="train", plan=plan.output["plan"], ...)
+
+    :param cache: cache name (used when ``partition_map`` is not given).
+    :param workers: number of workers (templated: a DAG ``Param``).
+    :param partition_map: PartitionMap dict (e.g. ``partitions_task.output``).
+    :param worker_hosts: host / node consistent id per worker; default one worker next to each node in turn.
+    :param reshuffle: ``epoch`` or ``none``.
+    :param seed: reshuffle seed.
+    """
+
+    template_fields: Sequence[str] = ("cache", "workers", "partition_map", "reshuffle", "seed")
+
+    def __init__(self, *, cache: str | None = None, workers: int | str = 2, partition_map: Any = None,
+                 worker_hosts: list[str] | None = None, reshuffle: str = "epoch", seed: int | str = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.cache, self.workers, self.partition_map = cache, workers, partition_map
+        self.worker_hosts, self.reshuffle, self.seed = worker_hosts, reshuffle, seed
+
+    def execute(self, context) -> list[int]:
+        from ignite_tf.partitions import PartitionMap
+        from ignite_tf.shardplan import ShardPlan
+
+        if self.partition_map:
+            pm = PartitionMap.from_dict(as_dict(self.partition_map))
+        else:
+            pm = PartitionMap.discover(self.conn, self.cache)
+        workers = int(self.workers)
+        hosts = self.worker_hosts
+        if hosts is None:
+            nodes = sorted(pm.nodes.values(), key=lambda n: n.order)
+            hosts = [nodes[i % len(nodes)].consistent_id for i in range(workers)]
+        plan = ShardPlan.build(pm, workers, worker_hosts=hosts, reshuffle=self.reshuffle, seed=int(self.seed),
+                               conn=self.conn)
+        self.log.info("%s", plan.describe(0))
+        context["ti"].xcom_push(key="plan", value=plan.to_dict())
+        return list(range(workers))

@@ -1,0 +1,127 @@
+"""TFClusterOperator: start a TensorFlow cluster next to the data and (by default) wait for it, deferred."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from ignite_tf.operators.base import IgniteTFOperator, as_dict
+
+
+class TFClusterOperator(IgniteTFOperator):
+    """Start a TF cluster over ``cache`` and wait for it to finish.
+
+    The cluster id comes from (dag_id, run_id, task_id, try number, map index), so running this task again
+    in the same try (a scheduler restart) re-attaches to the running cluster instead of starting a second
+    one; a new try first stops what the previous try left running.
+
+    :param cache: cache with the training data (templated).
+    :param entry_point: ``module:function`` returning a compiled tf_keras model (the runtime trains it), or
+    :param command: a user script's command (list), run in ``job_dir`` with TF_CONFIG set.
+    :param plan: ShardPlan dict from an upstream ``ShardPlanOperator``; planned here when None.
+    :param mode: ``sync`` (MultiWorkerMirroredStrategy) or ``async`` (ParameterServerStrategy) (templated).
+    :param workers: workers (templated; default one per Ignite server node when no plan is given).
+    :param ps: parameter servers in async mode (templated).
+    :param epochs / batch_size / learning_rate / label_column: training parameters for an entry point
+        (templated).
+    :param max_restarts: restarts after failures; ``startup_deadline_s``: seconds for all tasks to come up.
+    :param deferrable: wait in the triggerer (no worker slot held) — the default.
+    :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
+    :param poll_interval: seconds between state polls.
+    """
+
+    template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
+                                      "learning_rate", "label_column", "max_restarts", "command", "job_dir")
+
+    def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
+                 job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
+                 ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
+                 learning_rate: float | str | None = None, label_column: str = "label", max_restarts: int | str = 2,
+                 startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
+                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0, **kwargs):
+        super().__init__(**kwargs)
+        if (entry_point is None) == (command is None):
+            raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
+        self.cache, self.entry_point, self.command, self.job_dir = cache, entry_point, command, job_dir
+        self.plan, self.mode, self.workers, self.ps = plan, mode, workers, ps
+        self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
+        self.label_column = label_column
+        self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
+        self.run_root = run_root
+        self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
+        self._cluster_id: str | None = None
+
+    def cluster_id_for(self, context, try_number: int | None = None) -> str:
+        from ignite_tf.cluster.spec import cluster_id_from
+
+        ti = context["ti"]
+        try_number = ti.try_number if try_number is None else try_number
+        return cluster_id_from(context["dag"].dag_id, context["run_id"], self.task_id, try_number,
+                               getattr(ti, "map_index", -1))
+
+    def job(self) -> dict[str, Any]:
+        if self.command:
+            return {"command": list(self.command), "job_dir": self.job_dir or "."}
+        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label", self.label_column]
+        if self.learning_rate not in (None, ""):
+            args += ["--learning-rate", str(float(self.learning_rate))]
+        return {"entry_point": self.entry_point, "args": args + list(self.extra_args or [])}
+
+    def execute(self, context) -> dict[str, Any]:
+        from ignite_tf.cluster.api import make_launcher, start_cluster
+        from ignite_tf.shardplan import ShardPlan
+
+        launcher = make_launcher(self.conn)
+        try_number = context["ti"].try_number
+        if try_number and try_number > 1:
+            self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
+        cluster_id = self._cluster_id = self.cluster_id_for(context)
+        plan = ShardPlan.from_dict(as_dict(self.plan)) if self.plan else None
+        state = start_cluster(
+            self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
+            ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
+            cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
+        )
+        self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
+                      len(state.tasks), state.run_dir)
+        context["ti"].xcom_push(key="cluster_id", value=cluster_id)
+        if not self.wait_for_completion:
+            return {"cluster_id": cluster_id, "status": state.status.value, "run_dir": state.run_dir}
+        if self.deferrable:
+            from ignite_tf.triggers.tf_cluster import TFClusterTrigger
+
+            self.defer(
+                trigger=TFClusterTrigger(cluster_id=cluster_id, ignite_conn_id=self.ignite_conn_id,
+                                         poll_interval=self.poll_interval),
+                method_name="execute_complete",
+                timeout=self.execution_timeout or timedelta(days=7),
+            )
+        final = launcher.wait(cluster_id, poll_s=self.poll_interval,
+                              on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
+        from ignite_tf.triggers.tf_cluster import event_for
+
+        return self.execute_complete(context, event_for(final, launcher))
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise AirflowException(
+                f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
+                f"last lines of the chief's output:\n{event.get('tail', '')}")
+        summary = event["summary"]
+        self.log.info("TensorFlow cluster %s succeeded: %s", event["cluster_id"], summary.get("metrics"))
+        return summary
+
+    def on_kill(self) -> None:
+        if self._cluster_id:
+            from ignite_tf.cluster.api import make_launcher
+
+            self._stop_if_running(make_launcher(self.conn), self._cluster_id)
+
+    def _stop_if_running(self, launcher, cluster_id: str) -> None:
+        state = launcher.find(cluster_id)
+        if state is not None and launcher.is_alive(state):
+            self.log.info("stopping TensorFlow cluster %s", cluster_id)
+            launcher.stop(cluster_id)

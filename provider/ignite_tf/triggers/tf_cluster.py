@@ -1,0 +1,100 @@
+"""TFClusterTrigger: watch a TensorFlow cluster from the triggerer, with no worker slot held.
+
+Polling only reads the state store and the chief's log, so it is idempotent and never starts anything: a
+triggerer restart or a second copy of the trigger just watches the same cluster. The chief's output and the
+per-epoch metrics are logged as they come (they appear in the task's log). ``on_kill`` (a user marking the
+task failed/success or clearing it) stops the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import cached_property
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class TFClusterTrigger(BaseTrigger):
+    """Fires once the cluster ``cluster_id`` has ended.
+
+    :param cluster_id: the cluster to watch.
+    :param ignite_conn_id: connection whose Ignite holds the cluster state (None: ``state_dir``).
+    :param state_dir: local state directory when the state is not in Ignite.
+    :param poll_interval: seconds between polls.
+    :param offset: byte offset of the chief's output already logged.
+    """
+
+    def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = "ignite_default",
+                 state_dir: str | None = None, poll_interval: float = 5.0, offset: int = 0):
+        super().__init__()
+        self.cluster_id = cluster_id
+        self.ignite_conn_id = ignite_conn_id
+        self.state_dir = state_dir
+        self.poll_interval = poll_interval
+        self.offset = offset
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{self.__class__.__module__}.{self.__class__.__name__}",
+            {"cluster_id": self.cluster_id, "ignite_conn_id": self.ignite_conn_id, "state_dir": self.state_dir,
+             "poll_interval": self.poll_interval, "offset": self.offset},
+        )
+
+    @cached_property
+    def launcher(self):
+        return launcher_for(self.ignite_conn_id, self.state_dir)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        offset = self.offset
+        while True:
+            try:
+                state, text, offset = await asyncio.to_thread(self._poll, offset)
+            except Exception as exc:  # noqa: BLE001 - an unknown cluster or unreachable store ends the watch
+                yield TriggerEvent({"status": "error", "cluster_id": self.cluster_id, "message": str(exc),
+                                    "tail": "", "summary": {}})
+                return
+            for line in text.splitlines():
+                self.log.info("%s", line)
+            if state.status.final or not self.launcher.is_alive(state):
+                yield TriggerEvent(event_for(state, self.launcher))
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    def _poll(self, offset: int):
+        state = self.launcher.status(self.cluster_id)
+        text, offset = self.launcher.output(self.cluster_id, offset)
+        return state, text, offset
+
+    async def on_kill(self) -> None:
+        self.log.info("task killed by a user: stopping TensorFlow cluster %s", self.cluster_id)
+        await asyncio.to_thread(self.launcher.stop, self.cluster_id)
+
+
+def launcher_for(ignite_conn_id: str | None, state_dir: str | None):
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.cluster.state import LocalStateStore
+
+    conn = None
+    if ignite_conn_id:
+        from ignite_tf.hooks.ignite import IgniteHook
+
+        conn = IgniteHook(ignite_conn_id).get_config()
+    store = LocalStateStore(state_dir) if state_dir else None
+    return make_launcher(conn, store=store)
+
+
+def event_for(state, launcher) -> dict[str, Any]:
+    """The trigger's event for a cluster that has ended (or lost its supervisor)."""
+    from ignite_tf.cluster.state import Status
+
+    ok = state.status is Status.SUCCEEDED
+    reason = state.reason or ("supervisor lost" if not state.status.final else state.status.value)
+    return {
+        "status": "success" if ok else "error",
+        "cluster_id": state.cluster_id,
+        "message": reason,
+        "summary": state.summary(),
+        "tail": "" if ok else launcher.tail(state.cluster_id, 30),
+    }
