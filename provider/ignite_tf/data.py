@@ -8,9 +8,14 @@ A training script needs no sharding code and no Ignite code::
 
 The launcher sets ``IGNITE_TF_SHARD_PLAN`` (path of the ShardPlan JSON), ``IGNITE_TF_ADDRESSES`` and friends
 (the connection; secrets only in the environment) and ``TF_CONFIG``. The worker's index comes from
-``TF_CONFIG`` (``task.type == "worker"``), from a ``tf.distribute.InputContext`` (ParameterServerStrategy's
-dataset function) or from the ``worker=`` argument. Outside a cluster (no TF_CONFIG, no plan) pass
-``cache=`` and the one worker reads the whole cache.
+``TF_CONFIG`` (``task.type == "worker"``), from a ``tf.distribute.InputContext`` of
+``distribute_datasets_from_function`` (MultiWorkerMirroredStrategy) or from the ``worker=`` argument.
+Outside a cluster (no TF_CONFIG, no plan) pass ``cache=`` and the one worker reads the whole cache.
+
+These datasets run in the calling Python process (``from_generator``), which is what MultiWorkerMirroredStrategy
+and single-process training need. Under ParameterServerStrategy the dataset function is traced on the
+coordinator and runs on the workers, so async mode feeds workers from local files instead
+(``ignite_tf.runtime_feed``).
 """
 
 from __future__ import annotations
