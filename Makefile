@@ -34,6 +34,8 @@ demo: setup
 
 bench: setup
 	$(PY) bench/ingest.py
+	$(PY) bench/validate.py
+	$(PY) bench/startup.py
 
 lint: setup
 	.venv/bin/ruff check provider tests bench dags plugins

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import tempfile
@@ -46,36 +45,9 @@ SUITE = {
 
 
 def free_cluster(state_dir: Path):
-    from ignite_tf.local_ignite import LocalIgniteCluster, port_free
+    from ignite_tf.local_ignite import LocalIgniteCluster
 
-    # Below the kernel's ephemeral range (32768+), where client sockets would take ports at random.
-    for base in range(26000 + (os.getpid() % 50) * 30, 32700, 30):
-        bases = (base, base + 10, base + 20)
-        if all(port_free(b + i) for b in bases for i in range(10)):
-            return LocalIgniteCluster(state_dir, client_port=bases[0], disco_port=bases[1], comm_port=bases[2],
-                                      heap_mb=1024, region_mb=1024, die_with_parent=True)
-    raise RuntimeError("no free port range for the benchmark's Ignite cluster")
-
-
-def wait_sql_ready(cluster, timeout: float = 120) -> None:
-    """Every node answers SQL on its system views (the topology can be complete before they are registered)."""
-    from pyignite import Client
-
-    deadline = time.monotonic() + timeout
-    for node in cluster.nodes:
-        while True:
-            client = Client(timeout=5)
-            try:
-                client.connect("127.0.0.1", node.client_port)
-                with client.sql("SELECT COUNT(*) FROM SYS.TABLES") as cursor:
-                    list(cursor)
-                break
-            except Exception:  # noqa: BLE001 - still starting: ask again until the deadline
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-            finally:
-                client.close()
+    return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
 
 
 def time_read(conn, tasks: list) -> tuple[int, float]:
@@ -101,7 +73,6 @@ def time_validate(conn, tasks: list, suite) -> tuple[object, float]:
 def run(rows: int, repeat: int, quiet: bool) -> dict:
     import numpy as np
 
-    from ignite_tf.connection import IgniteConnectionConfig
     from ignite_tf.demo_data import tabular
     from ignite_tf.etl import load
     from ignite_tf.partitions import PartitionMap
@@ -124,9 +95,8 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
         cluster = free_cluster(Path(tmp))
         try:
             say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...")
-            cluster.up(2)
-            wait_sql_ready(cluster)
-            conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
+            cluster.up(2)  # returns once every node serves SQL
+            conn = cluster.connection()
             started = time.perf_counter()
             load(conn, CACHE, frame, key="id", backups=0)
             load_s = time.perf_counter() - started
