@@ -6,16 +6,20 @@ import os
 import tempfile
 import uuid
 
-# Airflow writes airflow.cfg into AIRFLOW_HOME on first import: keep tests away from ~/airflow.
+# Airflow writes airflow.cfg into AIRFLOW_HOME on first import: keep tests away from ~/airflow. The dags
+# folder must be fixed before anything imports airflow.settings (it is read once); tests that run DAGs with
+# dag.test() copy their DAG files into it.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="ignite-tf-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.environ["AIRFLOW_HOME"], "dags"))
+os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import pytest
+import pytest  # noqa: E402
 
-from ignite_tf.connection import IgniteConnectionConfig
-from ignite_tf.local_ignite import LocalIgniteCluster, pid_alive
+from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
+from ignite_tf.local_ignite import LocalIgniteCluster, pid_alive  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -37,12 +37,12 @@ def airflow_env(ignite_conn, tmp_path_factory):
 
     migrate_db()
     root = tmp_path_factory.mktemp("airflow-runs")
-    # dag.test() runs what the DAG bundle (the dags folder) holds: the repo's DAGs plus this module's own.
-    dags = root / "dags"
-    shutil.copytree(DAGS, dags, ignore=shutil.ignore_patterns("__pycache__"))
+    # dag.test() runs what the DAG bundle (the session's dags folder, see conftest) holds: the repo's DAGs
+    # plus this module's own.
+    dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    shutil.copytree(DAGS, dags, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     (dags / "test_inference_dag.py").write_text(INFERENCE_DAG.format(registry=str(root / "registry")))
     patch = pytest.MonkeyPatch()
-    patch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
     for key, value in ignite_connection_env(ignite_conn).items():
         patch.setenv(key, value)
     patch.setenv("IGNITE_TF_RUN_ROOT", str(root / "runs"))
@@ -71,7 +71,7 @@ def xcoms(dag_id: str, run_id: str) -> dict[tuple[str, int, str], object]:
 @pytest.fixture(scope="module")
 def handwritten_run(airflow_env):
     """One real run of the hand-written DAG: load, partitions, plan, validate x2, gate, train (deferred), publish."""
-    dag = load_dag(airflow_env / "dags" / "tabular_handwritten.py")
+    dag = load_dag(Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "tabular_handwritten.py")
     run = dag.test(run_conf={"epochs": 3, "workers": 2, "batch_size": 32, "learning_rate": 0.02})
     return dag, run, xcoms(dag.dag_id, run.run_id)
 
@@ -295,7 +295,7 @@ def test_publish_killed_midway_leaves_registry_consistent(handwritten_run, airfl
 
 
 def test_batch_inference_mapped_over_shards(handwritten_run, airflow_env, ignite_client):
-    dag = load_dag(airflow_env / "dags" / "test_inference_dag.py")
+    dag = load_dag(Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "test_inference_dag.py")
     run = dag.test()
     assert run.state == "success"
     values = xcoms(dag.dag_id, run.run_id)

@@ -98,6 +98,9 @@ def test_map_follows_nodes_joining_and_leaving(tmp_path):
             pm = PartitionMap.discover(conn3, "joins")
             return pm if len(pm.nodes) == 3 and all(pm.partitions_of(n) for n in pm.nodes) else None
 
+        from ignite_tf.shardplan import ShardPlan
+
+        plan = ShardPlan.build(before, 2, worker_hosts=["node-0", "node-1"])
         after = _wait_for(third_node_owns_partitions, what="the third node to own primary partitions")
         assert after.total_rows == 2000
         changes = before.diff(after)
@@ -105,6 +108,14 @@ def test_map_follows_nodes_joining_and_leaving(tmp_path):
         assert any("changed primary node" in c for c in changes)
         with pytest.raises(TopologyChangedError, match="joined"):
             before.check_current(conn3)
+
+        # A plan made before the join is re-planned over the new layout, still covering every partition.
+        replanned, why = plan.replan_if_changed(conn3)
+        assert any("joined" in c for c in why) and replanned is not plan
+        assert sorted(s.partition for sh in replanned.shards(0) for s in sh.slices) == list(range(1024))
+        assert replanned.partition_map.nodes.keys() == after.nodes.keys()
+        same, nothing = replanned.replan_if_changed(conn3)
+        assert same is replanned and nothing == []
 
         cluster.stop_node(2)
 

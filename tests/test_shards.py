@@ -151,3 +151,13 @@ def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_pat
 
 def keys_of(plan: ShardPlan, conn, worker: int, epoch: int = 1) -> list[int]:
     return [int(k) for b in itd.batches(epoch, worker=worker, plan=plan, conn=conn) for k in b["id"]]
+
+
+def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name, monkeypatch):
+    """No TF_CONFIG, no plan: one worker reads the whole cache."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv(itd.ENV_PLAN, raising=False)
+    create_table(ignite_client, cache_name, range(500), template="ignite_tf_small")
+    ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
+    ids = [int(i) for features in ds for i in features["id"].numpy()]
+    assert sorted(ids) == list(range(500))
