@@ -8,7 +8,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup lock test demo bench lint ignite-up ignite-down ignite-status clean
+.PHONY: setup lock test demo bench lint airflow ignite-up ignite-down ignite-status clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,16 @@ bench: setup
 	$(PY) bench/ingest.py
 	$(PY) bench/validate.py
 	$(PY) bench/startup.py
+
+# The Airflow UI on this project's dags/ and plugins/ (SQLite DB in .airflow/). The ignite_default connection
+# points at `make ignite-up`'s nodes. airflow standalone prints the URL and the admin login when it is ready.
+airflow: setup
+	@echo "Airflow UI: http://localhost:8080 (login printed below by airflow standalone; Ctrl-C stops it)"
+	@echo "Ignite: the ignite_default connection uses 127.0.0.1:10800,127.0.0.1:10801 -- run 'make ignite-up' first"
+	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW_CONN_IGNITE_DEFAULT='{"conn_type": "ignite", "host": "127.0.0.1:10800,127.0.0.1:10801"}' \
+	.venv/bin/airflow standalone
 
 lint: setup
 	.venv/bin/ruff check provider tests bench dags plugins
