@@ -4,7 +4,6 @@ PY := .venv/bin/python
 UV := .venv/bin/uv
 N ?= 2
 STAMP := .venv/.setup-done
-export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
@@ -42,7 +41,7 @@ bench: setup
 airflow: setup
 	@echo "Airflow UI: http://localhost:8080 (login printed below by airflow standalone; Ctrl-C stops it)"
 	@echo "Ignite: the ignite_default connection uses 127.0.0.1:10800,127.0.0.1:10801 -- run 'make ignite-up' first"
-	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
+	AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW_CONN_IGNITE_DEFAULT='{"conn_type": "ignite", "host": "127.0.0.1:10800,127.0.0.1:10801"}' \
 	.venv/bin/airflow standalone
