@@ -43,6 +43,20 @@ class Launcher(ABC):
     def status(self, cluster_id: str) -> ClusterState:
         return self.store.require(cluster_id)
 
+    def settled(self, cluster_id: str) -> tuple[ClusterState, bool]:
+        """The cluster's state and whether it still runs, free of the exit race.
+
+        A supervisor records its final state before it exits, so when a non-final state comes with a dead
+        supervisor, reading the state again tells a clean finish from a lost supervisor.
+        """
+        state = self.status(cluster_id)
+        if state.status.final:
+            return state, False
+        if self.is_alive(state):
+            return state, True
+        state = self.status(cluster_id)
+        return state, False
+
     def is_alive(self, state: ClusterState) -> bool:
         return not state.status.final and not state.heartbeat_stale()
 
@@ -55,7 +69,7 @@ class Launcher(ABC):
         deadline = None if timeout is None else time.monotonic() + timeout
         offset = 0 if from_start else self.output(cluster_id)[1]
         while True:
-            state = self.status(cluster_id)
+            state, alive = self.settled(cluster_id)
             if on_output is not None:
                 text, offset = self.output(cluster_id, offset)
                 if text:
@@ -66,7 +80,7 @@ class Launcher(ABC):
                     if text:
                         on_output(text)
                 return state
-            if not self.is_alive(state):
+            if not alive:
                 raise IgniteTFError(f"cluster {cluster_id} lost its supervisor (last heartbeat "
                                     f"{time.time() - state.heartbeat:.0f}s ago)")
             if deadline is not None and time.monotonic() > deadline:
@@ -77,11 +91,11 @@ class Launcher(ABC):
         """The chief's output as it grows, until the cluster ends (``attach``)."""
         offset = 0 if from_start else self.output(cluster_id)[1]
         while True:
-            state = self.status(cluster_id)
+            state, alive = self.settled(cluster_id)
             text, offset = self.output(cluster_id, offset)
             if text:
                 yield text
-            if state.status.final or not self.is_alive(state):
+            if not alive:
                 text, offset = self.output(cluster_id, offset)
                 if text:
                     yield text

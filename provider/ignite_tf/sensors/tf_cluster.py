@@ -42,8 +42,8 @@ class TFClusterSensor(BaseSensorOperator):
         from ignite_tf.triggers.tf_cluster import event_for, launcher_for
 
         launcher = launcher_for(self.ignite_conn_id, None)
-        state = launcher.status(self.cluster_id)
-        if state.status.final or not launcher.is_alive(state):
+        state, alive = launcher.settled(self.cluster_id)
+        if not alive:
             return PokeReturnValue(True, self.execute_complete(context, event_for(state, launcher)))
         return False
 

@@ -50,22 +50,22 @@ class TFClusterTrigger(BaseTrigger):
         offset = self.offset
         while True:
             try:
-                state, text, offset = await asyncio.to_thread(self._poll, offset)
+                state, alive, text, offset = await asyncio.to_thread(self._poll, offset)
             except Exception as exc:  # noqa: BLE001 - an unknown cluster or unreachable store ends the watch
                 yield TriggerEvent({"status": "error", "cluster_id": self.cluster_id, "message": str(exc),
                                     "tail": "", "summary": {}})
                 return
             for line in text.splitlines():
                 self.log.info("%s", line)
-            if state.status.final or not self.launcher.is_alive(state):
+            if not alive:
                 yield TriggerEvent(event_for(state, self.launcher))
                 return
             await asyncio.sleep(self.poll_interval)
 
     def _poll(self, offset: int):
-        state = self.launcher.status(self.cluster_id)
+        state, alive = self.launcher.settled(self.cluster_id)
         text, offset = self.launcher.output(self.cluster_id, offset)
-        return state, text, offset
+        return state, alive, text, offset
 
     async def on_kill(self) -> None:
         self.log.info("task killed by a user: stopping TensorFlow cluster %s", self.cluster_id)

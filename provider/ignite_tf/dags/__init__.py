@@ -1,0 +1,75 @@
+"""Declarative pipelines: Airflow DAGs from YAML specs (schema: ``ignite_tf/resources/pipeline.schema.json``).
+
+A DAG file of three lines registers one DAG per spec (and an inference DAG per spec with ``inference:``)::
+
+    from ignite_tf.dags import load_dags
+
+    load_dags(__file__, "specs/*.yaml", globals())
+
+A spec with errors does not hide the others. Airflow records an import error per Python file, and an
+exception here would drop every DAG of the file; so a bad spec is logged and emitted as a
+:class:`SpecWarning` (Airflow keeps the warnings of each parsed file, and the DAG processor log shows them)
+naming the spec file and field, and the good specs are registered. ``strict=True`` raises instead (for CI:
+``python -m ignite_tf.dags dags/specs/*.yaml`` checks specs without Airflow).
+
+Importing this package is light: the factory (and Airflow) is imported when ``load_dags`` runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SpecWarning", "load_dags"]
+
+log = logging.getLogger(__name__)
+
+
+class SpecWarning(UserWarning):
+    """A pipeline spec was skipped because it is invalid (the message names the file and the field)."""
+
+
+def load_dags(dag_file: str | Path, pattern: str = "specs/*.yaml", namespace: dict[str, Any] | None = None, *,
+              strict: bool = False) -> dict[str, Any]:
+    """Parse every spec matching ``pattern`` (relative to ``dag_file``'s folder) and build its DAGs.
+
+    :param dag_file: the calling DAG file (``__file__``); DAGs are attributed to it.
+    :param pattern: glob of spec files, relative to the DAG file's folder.
+    :param namespace: where to register the DAGs (the DAG file's ``globals()``), keyed by dag id.
+    :param strict: raise the first spec's error instead of skipping bad specs with a warning.
+    :returns: dag id -> DAG, the good specs' DAGs.
+    :raises SpecError: with ``strict``, a bad spec or a dag id defined twice.
+    """
+    from ignite_tf.dags.factory import build_dag, render
+    from ignite_tf.dags.spec import SpecError, parse_spec
+
+    folder = Path(dag_file).absolute().parent
+    files = sorted(folder.glob(pattern))
+    if not files:
+        warnings.warn(f"no pipeline specs match {pattern!r} in {folder}", SpecWarning, stacklevel=2)
+    dags: dict[str, Any] = {}
+    owners: dict[str, Path] = {}
+    for path in files:
+        try:
+            specs = render(parse_spec(path))
+            for spec in specs:
+                if spec.dag_id in owners:
+                    raise SpecError(path, [("dag_id", f"{spec.dag_id!r} is already defined by {owners[spec.dag_id]}; "
+                                                      f"give each spec its own dag_id")])
+            built = [build_dag(spec, str(Path(dag_file).absolute())) for spec in specs]
+        except Exception as exc:
+            error = exc if isinstance(exc, SpecError) else SpecError(
+                path, [("(dag)", f"could not be built: {type(exc).__name__}: {exc}")])
+            if strict:
+                raise error from (None if error is exc else exc)
+            log.error("skipped pipeline spec: %s", error)
+            warnings.warn(str(error), SpecWarning, stacklevel=2)
+            continue
+        for dag in built:
+            dags[dag.dag_id] = dag
+            owners[dag.dag_id] = path
+    if namespace is not None:
+        namespace.update(dags)
+    return dags

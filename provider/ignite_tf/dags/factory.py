@@ -1,0 +1,278 @@
+"""From a PipelineConfig to Airflow DAGs: ``render`` (pure: config -> DagSpecs of TaskSpecs), then ``build_dag``
+(the one place that makes operators and wires them).
+
+The training DAG::
+
+    load -> partitions -> shard_plan -> validate[shard 0..n-1] -> validation_gate -> train -> publish
+
+and, when the spec has ``inference``, ``<dag_id>_inference``, scheduled on the published model's Asset::
+
+    score[shard 0..n-1]
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.spec import Mode
+from ignite_tf.dags.spec import PipelineConfig, param_bounds
+
+OPERATORS = "ignite_tf.operators"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The XCom of another task (``key`` None: its return value)."""
+
+    task_id: str
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelAsset:
+    """The Asset a published model updates (``ignite_tf.operators.publish.model_asset``)."""
+
+    registry: str
+    model: str
+
+
+@dataclass(frozen=True)
+class NamedAsset:
+    """An Asset given by URI (``scheme://...``) or by name."""
+
+    value: str
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task: operator class path, its arguments (``Ref`` for upstream XComs), mapped arguments."""
+
+    task_id: str
+    operator: str
+    kwargs: dict[str, Any]
+    expand: dict[str, Any] | None = None
+    after: tuple[str, ...] = ()
+    """Tasks that must finish first although no argument refers to them."""
+
+    @property
+    def upstream(self) -> set[str]:
+        refs = _refs(self.kwargs) | _refs(self.expand or {})
+        return {r.task_id for r in refs} | set(self.after)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """An Airflow ``Param``: default, JSON-schema keywords (type, bounds, enum) and a description."""
+
+    default: Any
+    schema: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DagSpec:
+    dag_id: str
+    description: str
+    schedule: str | ModelAsset | NamedAsset | None
+    tags: tuple[str, ...]
+    owner: str
+    tasks: tuple[TaskSpec, ...]
+    params: dict[str, ParamSpec] = field(default_factory=dict)
+    doc_md: str = ""
+
+
+@dataclass(frozen=True)
+class GeneratorSource:
+    """``source_callable`` of the load task: ``function(rows, seed=seed)`` of a module or a ``.py`` file.
+
+    A dataclass rather than a closure so the DAG stays cheap to parse: nothing is imported until the load runs.
+    """
+
+    generator: str
+    rows: int
+    seed: int = 0
+
+    def __call__(self):
+        target, _, name = self.generator.rpartition(":")
+        if target.endswith(".py"):
+            module_name = f"ignite_tf_generator_{Path(target).stem}"
+            spec = importlib.util.spec_from_file_location(module_name, target)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+        return getattr(module, name)(self.rows, seed=self.seed)
+
+
+_PARAM_HELP = {
+    "epochs": "passes over the data",
+    "batch_size": "rows per step per worker",
+    "learning_rate": "optimizer step size (null: the model's default)",
+    "workers": "TensorFlow workers (one shard of the cache each)",
+    "ps": "parameter servers (async mode only)",
+}
+_PARAM_TYPES = {"epochs": "integer", "batch_size": "integer", "workers": "integer", "ps": "integer",
+                "learning_rate": "number"}
+
+
+def params_for(config: PipelineConfig) -> dict[str, ParamSpec]:
+    """The run-time training settings: defaults from the spec, types and bounds from the spec schema."""
+    training = config.training
+    out: dict[str, ParamSpec] = {}
+    if training.entry_point:
+        out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode]},
+                                "sync: all-reduce every step; async: parameter servers")
+    for name in training.uses:
+        default = getattr(training, name)
+        kind: Any = _PARAM_TYPES[name]
+        if default is None:
+            kind = [kind, "null"]
+        out[name] = ParamSpec(default, {"type": kind, **param_bounds(name)}, _PARAM_HELP[name])
+    return out
+
+
+def _param(name: str, params: dict[str, ParamSpec], fallback: Any) -> Any:
+    if name not in params:
+        return fallback
+    if name == "learning_rate":
+        # "None" must not reach the operator: an empty string means "the model's default".
+        return "{{ params.learning_rate if params.learning_rate is not none else '' }}"
+    return "{{ params." + name + " }}"
+
+
+def render(config: PipelineConfig) -> list[DagSpec]:
+    """The DAGs of one spec: training, and inference when the spec has it. Pure: builds no operator."""
+    training, params = config.training, params_for(config)
+    conn = {"ignite_conn_id": config.ignite_conn_id}
+    source = config.source
+    load_source: dict[str, Any] = (
+        {"source": str(source.path), "schema": source.schema} if source.path is not None
+        else {"source_callable": GeneratorSource(source.generator, source.rows, source.seed)})
+    suite = str(config.suite)
+    mode = _param("mode", params, training.mode.value)
+    workers = _param("workers", params, training.workers)
+    if training.entry_point:
+        job: dict[str, Any] = {"entry_point": training.entry_point,
+                               "epochs": _param("epochs", params, training.epochs),
+                               "batch_size": _param("batch_size", params, training.batch_size),
+                               "learning_rate": _param("learning_rate", params, training.learning_rate),
+                               "label_column": training.label}
+        recorded = {"entry_point": training.entry_point, "label": training.label,
+                    **{k: job[k] for k in ("epochs", "batch_size", "learning_rate")}}
+    else:
+        # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
+        job = {"command": [sys.executable, training.script, *training.args], "job_dir": str(training.job_dir)}
+        recorded = {"script": training.script, "args": list(training.args)}
+    tasks = [
+        TaskSpec("load", f"{OPERATORS}.ignite.IgniteLoadOperator",
+                 {**conn, "cache": config.cache, "key": config.key, **load_source}),
+        TaskSpec("partitions", f"{OPERATORS}.ignite.IgnitePartitionsOperator", {**conn, "cache": config.cache},
+                 after=("load",)),
+        TaskSpec("shard_plan", f"{OPERATORS}.shards.ShardPlanOperator",
+                 {**conn, "partition_map": Ref("partitions"), "workers": workers,
+                  "reshuffle": config.shard_plan.reshuffle.value, "seed": config.shard_plan.seed}),
+        TaskSpec("validate", f"{OPERATORS}.validation.ValidateShardOperator",
+                 {**conn, "plan": Ref("shard_plan", "plan"), "suite": suite}, expand={"shard": Ref("shard_plan")}),
+        TaskSpec("validation_gate", f"{OPERATORS}.validation.ValidationGateOperator",
+                 {**conn, "results": Ref("validate"), "suite": suite, "cache": config.cache}),
+        TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
+                 {**conn, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode, "workers": workers,
+                  "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
+                  "startup_deadline_s": training.startup_deadline_s, "deferrable": True, **job},
+                 after=("validation_gate",)),
+    ]
+    if config.publish is not None:
+        pub = config.publish
+        tasks.append(TaskSpec(
+            "publish", f"{OPERATORS}.publish.PublishModelOperator",
+            {**conn, "registry_root": pub.registry, "model_name": pub.model, "training": Ref("train"),
+             "validation": Ref("validation_gate"), "partition_map": Ref("partitions"),
+             "thresholds": {k: list(v) for k, v in pub.thresholds.items()}, "tolerance": pub.tolerance,
+             "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded}}))
+    schedule: str | NamedAsset | None = (NamedAsset(config.schedule_asset) if config.schedule_asset
+                                         else config.schedule)
+    dags = [DagSpec(config.dag_id, config.description or f"ignite-tf pipeline from {config.file.name}", schedule,
+                    config.tags, config.owner, tuple(tasks), params, _doc(config))]
+    if config.inference is not None and config.publish is not None:
+        inf, pub = config.inference, config.publish
+        score = TaskSpec("score", f"{OPERATORS}.inference.BatchInferenceOperator",
+                         {**conn, "registry_root": pub.registry, "model_name": pub.model,
+                          "input_cache": inf.input_cache, "output_cache": inf.output_cache, "shards": inf.shards},
+                         expand={"shard": list(range(inf.shards))})
+        dags.append(DagSpec(f"{config.dag_id}_inference",
+                            f"Score {inf.input_cache} into {inf.output_cache} with each new production "
+                            f"'{pub.model}' model", ModelAsset(pub.registry, pub.model),
+                            tuple(dict.fromkeys((*config.tags, "inference"))), config.owner, (score,),
+                            doc_md=_doc(config)))
+    return dags
+
+
+def _doc(config: PipelineConfig) -> str:
+    return f"Generated by ignite-tf from the pipeline spec `{config.file.name}`. Edit the spec, not this DAG."
+
+
+def _refs(value: Any) -> set[Ref]:
+    if isinstance(value, Ref):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*(_refs(v) for v in value.values())) if value else set()
+    if isinstance(value, list | tuple):
+        return set().union(*(_refs(v) for v in value)) if value else set()
+    return set()
+
+
+def build_dag(spec: DagSpec, fileloc: str | None = None):
+    """Make the DAG and its operators from a DagSpec, wiring every task to its upstreams.
+
+    :param spec: from :func:`render`.
+    :param fileloc: the DAG file that calls the factory (Airflow re-parses it to run a task).
+    """
+    from airflow.sdk import DAG, Asset, Param
+
+    from ignite_tf.operators.publish import model_asset
+
+    schedule: Any = spec.schedule
+    if isinstance(schedule, ModelAsset):
+        schedule = [model_asset(schedule.registry, schedule.model)]
+    elif isinstance(schedule, NamedAsset):
+        value = schedule.value
+        schedule = [Asset(uri=value) if "://" in value else Asset.ref(name=value)]
+    dag = DAG(
+        dag_id=spec.dag_id, description=spec.description, schedule=schedule, tags=list(spec.tags),
+        default_args={"owner": spec.owner}, catchup=False, doc_md=spec.doc_md,
+        params={name: Param(p.default, description=p.description, **p.schema) for name, p in spec.params.items()},
+        # Registered by load_dags only once fully built: a spec that fails half-way leaves no broken DAG behind.
+        auto_register=False,
+    )
+    if fileloc:
+        dag.fileloc = fileloc
+    made: dict[str, Any] = {}
+    with dag:
+        for task in spec.tasks:
+            module, _, name = task.operator.rpartition(".")
+            cls = getattr(importlib.import_module(module), name)
+            kwargs = _resolve(task.kwargs, made)
+            if task.expand is not None:
+                op = cls.partial(task_id=task.task_id, **kwargs).expand(**_resolve(task.expand, made))
+            else:
+                op = cls(task_id=task.task_id, **kwargs)
+            for upstream in task.after:
+                made[upstream] >> op
+            made[task.task_id] = op
+    return dag
+
+
+def _resolve(value: Any, made: dict[str, Any]) -> Any:
+    if isinstance(value, Ref):
+        output = made[value.task_id].output
+        return output[value.key] if value.key else output
+    if isinstance(value, dict):
+        return {k: _resolve(v, made) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, made) for v in value]
+    return value
