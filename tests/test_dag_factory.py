@@ -384,25 +384,9 @@ def airflow_env(ignite_conn, tmp_path_factory):
     patch.setenv("IGNITE_TF_RUN_ROOT", str(root / "runs"))
     patch.setenv("IGNITE_TF_REGISTRY", str(root / "registry"))
     patch.setenv("IGNITE_TF_DEMO_ROWS", "3000")
-    _forget_other_registries(f"file://{root / 'registry'}/")
     module = _module(root / "dags" / "pipelines.py")
     yield root, module
     patch.undo()
-
-
-def _forget_other_registries(registry_uri: str) -> None:
-    """Deactivate model Assets of other registries (an earlier test module parsed these specs with its own).
-
-    Same name, another URI: Airflow keeps the first one active and fails a task whose outlet is the new one
-    until the scheduler's asset-orphanage pass, which dag.test() does not run, deactivates the old one. This
-    does that pass's part for these assets.
-    """
-    from airflow.models.asset import AssetActive
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        session.query(AssetActive).filter(AssetActive.name.like("ignite_tf_model_%"),
-                                          ~AssetActive.uri.startswith(registry_uri)).delete(synchronize_session=False)
 
 
 def xcoms(dag_id: str, run_id: str) -> dict:

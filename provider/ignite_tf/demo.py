@@ -33,7 +33,7 @@ def airflow_env(conn, home: Path, dags: Path, runs: Path) -> None:
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # the demo prints its own summary
     os.environ["AIRFLOW_CONN_IGNITE_DEFAULT"] = json.dumps({"conn_type": "ignite", "host": conn.addresses_str})
     os.environ["IGNITE_TF_RUN_ROOT"] = str(runs / "runs")
-    os.environ.setdefault("IGNITE_TF_REGISTRY", str(runs / "registry"))
+    os.environ.setdefault("IGNITE_TF_REGISTRY", str(home / "registry"))  # kept: the next demo's gate compares
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -12,10 +12,17 @@ from ignite_tf.operators.base import IgniteTFOperator, as_dict
 
 
 def model_asset(registry_root: str, model: str) -> Asset:
-    """The Asset a published model updates; downstream DAGs schedule on it (``schedule=[model_asset(...)]``)."""
+    """The Asset a published model updates; downstream DAGs schedule on it (``schedule=[model_asset(...)]``).
+
+    The name carries a short hash of the model's location: Airflow ties an Asset name to one URI, so the
+    same model name in two registries must be two Assets.
+    """
+    import hashlib
+
     root = str(registry_root).rstrip("/")
-    uri = f"{root}/{model}" if "://" in root else f"file://{Path(root).absolute()}/{model}"
-    return Asset(name=f"ignite_tf_model_{model}", uri=uri)
+    uri = f"{root}/{model}" if "://" in root else f"file://{Path(root).expanduser().absolute()}/{model}"
+    digest = hashlib.blake2b(uri.encode(), digest_size=3).hexdigest()
+    return Asset(name=f"ignite_tf_model_{model}_{digest}", uri=uri)
 
 
 class PublishModelOperator(IgniteTFOperator):
