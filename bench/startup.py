@@ -1,0 +1,389 @@
+"""Start-up and input benchmark: time to the first training step, and whether training is input-bound.
+
+    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--profile]
+
+Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
+
+  tf_import_s     a bare ``python -c "import tensorflow"`` subprocess (Keras 2 via TF_USE_LEGACY_KERAS=1,
+                  no GPU), median of 3: the floor under every task's start-up;
+  first_step_s    seconds from the ``start_cluster(...)`` call (discovery, shard plan, supervisor, tasks,
+                  MultiWorkerMirroredStrategy, dataset, tracing) to the end of the chief's first training
+                  batch, for 1, 2 and 3 local sync workers over a 6,000-row cache. The entry point
+                  ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
+                  the chief; each cluster trains one short epoch and must finish with nothing left running;
+  steps_s_ignite  steps/s of ``tabular_classifier`` trained in THIS process (no cluster) on batches of 256
+                  from ``ignite_tf.data.dataset(..., stack=True, cache=...)`` (one worker, whole cache);
+  steps_s_memory  the same model, steps and batch size on the same rows from a NumPy array through
+                  ``tf.data.Dataset.from_tensor_slices(...).batch(256)``;
+  input_ratio     steps_s_ignite / steps_s_memory (target >= 0.9: training is not input-bound).
+
+Both step rates are best of 3 ``fit`` calls of S steps, interleaved, after one untimed warm-up epoch per
+path; each Ignite dataset is built before its timer starts (``fit`` times opening the reader and reading).
+The Ignite path pays a fixed cost per partition scanned (1024 partitions, every epoch) on top of a cost per
+row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
+``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
+Ignite data path without training, and the CPU each path burns (this process and the Ignite JVMs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Set before anything imports TensorFlow: Keras 2 (tf_keras), CPU only, quiet.
+BENCH_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+for _k, _v in BENCH_ENV.items():
+    os.environ.setdefault(_k, _v)
+
+BENCH_DIR = Path(__file__).resolve().parent
+STARTUP_CACHE = "startup_bench"
+STEPS_CACHE = "startup_steps_bench"
+STARTUP_ROWS = 6000
+STARTUP_BATCH = 64
+STARTUP_STEPS = 5
+BATCH = 256
+WORKER_COUNTS = (1, 2, 3)  # 2 cores: at most 3 TF workers
+FIRST_STEP_TIMEOUT_S = 300.0
+ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"  # read by bench/startup_model.py
+
+
+def say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+# -- 1. bare TensorFlow import --------------------------------------------------------------------------------
+def tf_import_s(repeat: int = 3) -> tuple[float, list[float], float]:
+    """Median wall seconds of a bare import, the runs, and the median CPU seconds (user + sys) it burns."""
+    env = {**os.environ, **BENCH_ENV}
+    times, cpu = [], []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times), times, statistics.median(cpu)
+
+
+# -- 2. launch -> first step --------------------------------------------------------------------------------
+def first_step(conn, workers: int, tmp: Path) -> dict:
+    """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left."""
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.state import LocalStateStore, Status
+    from ignite_tf.local_ignite import pid_alive
+
+    root = tmp / f"w{workers}"
+    mark = root / "first_step"
+    root.mkdir(parents=True, exist_ok=True)
+    launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
+    env = {**BENCH_ENV, ENV_MARK: str(mark),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}
+    job = {"entry_point": "startup_model:model",
+           "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label", "label",
+                    "--steps-per-epoch", str(STARTUP_STEPS)]}
+    cluster_id = f"startup-bench-{workers}-{os.getpid()}"
+    state = None
+    t0_wall, t0 = time.time(), time.perf_counter()
+    try:
+        state = start_cluster(STARTUP_CACHE, job, conn=conn, mode="sync", workers=workers, max_restarts=0,
+                              cluster_id=cluster_id, run_root=root / "runs", launcher=launcher, env=env)
+        launched_s = time.perf_counter() - t0
+        deadline = t0 + FIRST_STEP_TIMEOUT_S
+        while not mark.exists():
+            state = launcher.status(cluster_id)
+            if state.status.final or time.perf_counter() > deadline:
+                raise RuntimeError(f"{workers}-worker cluster: no first step ({state.status.value}: "
+                                   f"{state.reason or 'timed out'}); chief log:\n{launcher.tail(cluster_id, 30)}")
+            time.sleep(0.02)
+        # The file can exist a moment before its content is written.
+        while not (text := mark.read_text().strip()):
+            time.sleep(0.01)
+        first_s = float(text) - t0_wall
+        state = launcher.wait(cluster_id, timeout=FIRST_STEP_TIMEOUT_S)
+        if state.status is not Status.SUCCEEDED:
+            raise RuntimeError(f"{workers}-worker cluster ended {state.status.value}: {state.reason}; chief log:\n"
+                               f"{launcher.tail(cluster_id, 30)}")
+        log = launcher.output(cluster_id)[0]
+    finally:
+        if state is not None and not launcher.status(cluster_id).status.final:
+            launcher.stop(cluster_id, timeout=60)
+        if state is not None:
+            _reap(state.supervisor_pid)
+    pids = [state.supervisor_pid, *(t.pid for t in state.tasks)]
+    left = [p for p in pids if p and pid_alive(p)]
+    if left:
+        raise RuntimeError(f"{workers}-worker cluster {cluster_id} left processes running: {left}")
+    up = re.search(r"all \d+ tasks up after ([0-9.]+)s", log)
+    return {"workers": workers, "first_step_s": first_s, "launched_s": launched_s,
+            "tasks_up_s": float(up.group(1)) if up else None, "total_s": time.perf_counter() - t0,
+            "checked_pids": len(pids)}
+
+
+def _reap(pid: int) -> None:
+    # The supervisor is our child (detached session, but still our child): reap it so no zombie remains.
+    if not pid:
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.05)
+
+
+# -- 3. steps/s: Ignite dataset vs in-memory ------------------------------------------------------------------
+def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3, quiet: bool = False,
+               profile: bool = False) -> dict:
+    """Best-of-``repeat`` steps/s of one model fed from Ignite and from memory, interleaved, same process.
+
+    With ``profile``, a third path feeds the same NumPy batches through ``from_generator`` (no Ignite): it
+    shows what the generator mechanism alone costs the training loop.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    import ignite_tf.data as itd
+    from ignite_tf.models import tabular_classifier
+
+    features = [c for c in frame.columns if c not in ("id", "label")]
+    x = frame[features].to_numpy(np.float32)
+    y = frame["label"].to_numpy(np.int32)
+    model = tabular_classifier(n_features=len(features))
+
+    def ignite_ds(epoch: int):
+        return itd.dataset(batch_size=BATCH, epoch=epoch, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
+
+    def memory_ds(_epoch: int):
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+
+    def generator_ds(_epoch: int):
+        def numpy_batches():
+            for i in range(0, len(y), BATCH):
+                yield x[i:i + BATCH], y[i:i + BATCH]
+        signature = (tf.TensorSpec([None, len(features)], tf.float32), tf.TensorSpec([None], tf.int32))
+        return tf.data.Dataset.from_generator(numpy_batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
+
+    cpu: dict[str, list[tuple[float, float, float]]] = {}
+
+    def timed(make, epoch: int, name: str | None = None) -> float:
+        ds = make(epoch)
+        own, jvm = _own_cpu_s(), _cpu_s(node_pids)
+        started = time.perf_counter()
+        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+        wall = time.perf_counter() - started
+        if name:
+            cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, _cpu_s(node_pids) - jvm))
+        return steps / wall
+
+    paths = {"ignite": ignite_ds, "memory": memory_ds}
+    if profile:
+        paths["numpy_generator"] = generator_ds
+    for make in paths.values():
+        timed(make, 0)  # warm-up: traces the train function, opens the first reader
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for r in range(repeat):
+        order = list(paths) if r % 2 == 0 else list(paths)[::-1]
+        for name in order:
+            rates[name].append(timed(paths[name], r + 1, name))
+        say(f"  round {r + 1}: " + ", ".join(f"{n} {rates[n][-1]:.0f} steps/s" for n in paths), quiet)
+    # CPU of each path's fastest run: (wall s, this process's CPU-s, the Ignite nodes' CPU-s).
+    best_cpu = {name: min(runs) for name, runs in cpu.items()}
+    return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
+            "_cpu": best_cpu}
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of other processes (the Ignite JVMs), from /proc."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def profile_data_path(conn, repeat: int = 3) -> dict:
+    """The Ignite data path alone (no training), best of ``repeat``.
+
+    ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its NumPy batches
+    of every partition, open excluded, and ``reader_ms_per_partition`` = that time / partitions;
+    ``batches_rows_s``: ``ignite_tf.data.batches`` (adds the block shuffle and re-batching);
+    ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds stacking and
+    ``from_generator``); ``dataset_build_s``: building that dataset with ``cache=`` (discovery each time).
+    """
+    import ignite_tf.data as itd
+    from ignite_tf.reader import PartitionReader
+
+    plan = itd.load_plan(cache=STEPS_CACHE, conn=conn)
+    best: dict[str, float] = {}
+
+    def keep(name: str, value: float, better=min) -> None:
+        best[name] = value if name not in best else better(best[name], value)
+
+    for _ in range(repeat):
+        started = time.perf_counter()
+        with PartitionReader(conn, STEPS_CACHE, batch_size=BATCH) as reader:
+            keep("reader_open_s", time.perf_counter() - started)
+            started = time.perf_counter()
+            n = sum(len(b[reader.key_column]) for b in reader.batches(range(reader.partitions)))
+            seconds = time.perf_counter() - started
+            keep("reader_rows_s", n / seconds, max)
+            keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
+        started = time.perf_counter()
+        n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn))
+        keep("batches_rows_s", n / (time.perf_counter() - started), max)
+        started = time.perf_counter()
+        ds = itd.dataset(BATCH, 0, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
+        keep("dataset_build_s", time.perf_counter() - started)
+        started = time.perf_counter()
+        n = sum(int(y.shape[0]) for _x, y in ds)
+        keep("dataset_rows_s", n / (time.perf_counter() - started), max)
+    best["partitions"] = plan.partition_map.partitions
+    return best
+
+
+# -- orchestration -------------------------------------------------------------------------------------------
+def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
+    from ignite_tf.demo_data import tabular
+    from ignite_tf.etl import load
+    from ignite_tf.local_ignite import LocalIgniteCluster
+
+    result: dict = {"_load_before": os.getloadavg()[0]}
+    median, times, cpu = tf_import_s()
+    result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
+    say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s (runs: {', '.join(f'{t:.2f}' for t in times)})",
+        quiet)
+    with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
+                                                   die_with_parent=True)
+        try:
+            say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...", quiet)
+            cluster.up(2)
+            conn = cluster.connection()
+            load(conn, STARTUP_CACHE, tabular(STARTUP_ROWS), key="id")
+            frame = tabular(rows, seed=1)
+            load(conn, STEPS_CACHE, frame, key="id")
+            say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
+            starts = []
+            for workers in WORKER_COUNTS:
+                starts.append(first_step(conn, workers, tmp))
+                s = starts[-1]
+                say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
+                    f"after {s['launched_s']:.2f}s, all tasks listening {s['tasks_up_s']}s later)", quiet)
+            result["_starts"] = starts
+            say(f"training in this process, batch {BATCH}, {steps} steps per run ...", quiet)
+            result.update(step_rates(conn, frame, steps, node_pids=[n.pid for n in cluster.nodes], quiet=quiet,
+                                     profile=profile))
+            if profile:
+                result["_profile"] = profile_data_path(conn)
+        finally:
+            cluster.down()
+    result["first_step_s"] = {str(s["workers"]): s["first_step_s"] for s in result["_starts"]}
+    result["input_ratio"] = result["steps_s_ignite"] / result["steps_s_memory"]
+    result.update({"_rows": rows, "_steps": steps, "_load_after": os.getloadavg()[0]})
+    return result
+
+
+def table(r: dict) -> str:
+    lines = [
+        f"Start-up benchmark: {os.cpu_count()} cores (1-min load average {r['_load_before']:.1f} before, "
+        f"{r['_load_after']:.1f} after), 2 local Ignite nodes, sync (MultiWorkerMirroredStrategy) workers on "
+        f"localhost, {STARTUP_ROWS:,}-row cache, batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps",
+        "",
+        "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for s in r["_starts"]:
+        up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
+        lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x | "
+                     f"{s['launched_s']:.2f} | {up} |")
+    lines += [
+        "",
+        "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw every "
+        "task's TF server port answer.",
+        "",
+        f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
+        f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
+        "",
+        f"Input path: tabular_classifier trained in one process, batch {BATCH}, {r['_steps']} steps per run, "
+        f"{r['_rows']:,} rows, best of 3 after a warm-up epoch",
+        "",
+        "| fed from | steps/s (best) | runs | rows/s |",
+        "|---|---:|---:|---:|",
+    ]
+    names = {"ignite": "Ignite: ignite_tf.data.dataset(stack=True)", "memory": "memory: from_tensor_slices().batch()",
+             "numpy_generator": "memory through from_generator (profile)"}
+    for key, runs in r["_rates"].items():
+        lines.append(f"| {names[key]} | {max(runs):.0f} | {', '.join(f'{v:.0f}' for v in runs)} | "
+                     f"{max(runs) * BATCH:,.0f} |")
+    lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} (target >= 0.9)"]
+    if "_profile" in r:
+        p = r["_profile"]
+        lines += [
+            "", f"Ignite data path alone (no training), best of 3, {r['_rows']:,} rows in {p['partitions']} partitions "
+            f"({r['_rows'] / p['partitions']:.0f} rows per partition):", "",
+            f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading {p['reader_rows_s']:,.0f} rows/s "
+            f"= {p['reader_ms_per_partition']:.3f} ms per partition scanned",
+            f"- ignite_tf.data.batches (shuffle, re-batch): {p['batches_rows_s']:,.0f} rows/s",
+            f"- ignite_tf.data.dataset(stack=True) iterated eagerly: {p['dataset_rows_s']:,.0f} rows/s "
+            f"(building it with cache=: {p['dataset_build_s'] * 1e3:.0f} ms)",
+            f"- the memory path trains at {r['steps_s_memory'] * BATCH:,.0f} rows/s",
+            "",
+            "CPU of each path's fastest training run (2 cores: 2 CPU-s per wall second at most):",
+            "",
+            "| fed from | wall s | this process CPU-s | Ignite nodes CPU-s | cores busy |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for key, (wall, own, jvm) in r["_cpu"].items():
+            lines.append(f"| {key} | {wall:.2f} | {own:.2f} | {jvm:.2f} | {(own + jvm) / wall:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--rows", type=int, default=512_000,
+                        help="rows of the cache the step rates read (default 512,000: 500 a partition)")
+    parser.add_argument("--steps", type=int, help=f"steps per timed run (default rows // {BATCH})")
+    parser.add_argument("--profile", action="store_true", help="also time each layer of the Ignite data path")
+    args = parser.parse_args(argv)
+    steps = args.steps or args.rows // BATCH
+    if steps < 1 or steps * BATCH > args.rows:
+        parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
+    # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    result = run(args.rows, steps, quiet=args.json, profile=args.profile)
+    if args.json:
+        print(json.dumps({k: result[k] for k in ("tf_import_s", "first_step_s", "steps_s_ignite",
+                                                  "steps_s_memory", "input_ratio")}))
+    else:
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
