@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.airflowutil import SECRET, TaskContext, ignite_connection_env, migrate_db
-from tests.clusterutil import assert_nothing_left, cluster_processes, wait_for
+from tests.clusterutil import assert_nothing_left, wait_for
 
 DAGS = Path(__file__).resolve().parents[1] / "dags"
 
@@ -153,14 +153,15 @@ def test_deferral_two_triggers_one_cluster(handwritten_run):
     trigger = deferred.value.trigger
     assert isinstance(trigger, TFClusterTrigger) and deferred.value.method_name == "execute_complete"
     cluster_id = context["ti"].xcoms["cluster_id"]
-    # The same try again (a scheduler restart): no second cluster, the same supervisor.
-    with pytest.raises(TaskDeferred):
-        op.execute(context)
-    supervisors = [p for p in cluster_processes(cluster_id) if "ignite_tf.cluster.supervisor" in " ".join(p.cmdline())]
     from ignite_tf.cluster.api import make_launcher
 
     launcher = make_launcher(op.conn)
-    assert launcher.status(cluster_id).supervisor_pid and len(supervisors) <= 1
+    first_supervisor = launcher.status(cluster_id).supervisor_pid
+    assert first_supervisor
+    # The same try again (a scheduler restart): no second cluster, the same supervisor.
+    with pytest.raises(TaskDeferred):
+        op.execute(context)
+    assert launcher.status(cluster_id).supervisor_pid == first_supervisor
     # Two copies of the trigger (a triggerer restart, or two triggerers): both only watch.
     classpath, kwargs = trigger.serialize()
     assert classpath == "ignite_tf.triggers.tf_cluster.TFClusterTrigger"
@@ -175,7 +176,7 @@ def test_deferral_two_triggers_one_cluster(handwritten_run):
     result = op.execute_complete(context, first.payload)
     assert result["status"] == "succeeded" and result["restarts"] == 0
     final = launcher.status(cluster_id)
-    assert final.supervisor_pid == launcher.status(cluster_id).supervisor_pid
+    assert final.supervisor_pid == first_supervisor, "a second supervisor took the cluster over"
     assert_nothing_left(cluster_id, final.run_dir)
 
 

@@ -189,8 +189,9 @@ def _tf_dtype(tf, dtype: np.dtype):
 
 def _filled(values: np.ndarray) -> np.ndarray:
     if isinstance(values, np.ma.MaskedArray):
-        fill = np.nan if values.dtype.kind == "f" else (b"" if values.dtype.kind in "OS" else 0)
-        return values.filled(fill)
+        from ignite_tf._binary import null_fill
+
+        return values.filled(null_fill(values.dtype))
     return values
 
 
