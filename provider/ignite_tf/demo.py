@@ -71,32 +71,54 @@ def data_layer(conn, rows: int) -> dict[str, float]:
     return {"ETL load (data layer)": load_s, "read all partitions": seconds}
 
 
-def run_dag(dag_id: str, dags: Path, conf: dict) -> tuple[object, object]:
+def load_dag(dag_id: str, dags: Path):
+    """Parse the DAG folder ``dags`` and return the DAG ``dag_id`` (exits naming what was found if absent)."""
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(dags))
     if dag_id not in bag.dags:
         raise SystemExit(f"DAG {dag_id} not found in {dags} (found: {', '.join(sorted(bag.dags))}; "
                          f"import errors: {bag.import_errors})")
-    dag = bag.dags[dag_id]
+    return bag.dags[dag_id]
+
+
+def run_dag(dag_id: str, dags: Path, conf: dict) -> tuple[object, object]:
+    dag = load_dag(dag_id, dags)
     return dag, dag.test(run_conf=conf)
 
 
-def report(dag, run) -> int:
+def stage_times(run) -> dict[str, float]:
+    """Seconds each task of a finished DAG run took, mapped task instances summed, in the order they started.
+
+    :param run: the DagRun that ``dag.test()`` returned.
+    """
+    stages: dict[str, float] = {}
+    for ti in sorted(run.get_task_instances(), key=lambda t: (t.start_date or run.start_date, t.map_index)):
+        if ti.start_date and ti.end_date:
+            stages[ti.task_id] = stages.get(ti.task_id, 0.0) + (ti.end_date - ti.start_date).total_seconds()
+    return stages
+
+
+def task_results(dag, run) -> dict[str, object]:
+    """The return values (XCom) of the run's unmapped tasks, by task id.
+
+    :param dag: the DAG that ran; ``run``: its DagRun.
+    """
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    tis = run.get_task_instances()
-    print(f"\nDAG run {run.run_id} of {dag.dag_id}: {run.state}")
-    stages: dict[str, float] = {}
-    for ti in sorted(tis, key=lambda t: (t.start_date or run.start_date, t.map_index)):
-        if ti.start_date and ti.end_date:
-            stages[ti.task_id] = stages.get(ti.task_id, 0.0) + (ti.end_date - ti.start_date).total_seconds()
-    print("stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
     with create_session() as session:
         rows = session.query(XComModel).filter(XComModel.dag_id == dag.dag_id, XComModel.run_id == run.run_id,
                                                XComModel.key == "return_value").all()
-        values = {r.task_id: XComModel.deserialize_value(r) for r in rows if r.map_index < 0}
+        return {r.task_id: XComModel.deserialize_value(r) for r in rows if r.map_index < 0}
+
+
+def report(dag, run) -> int:
+    tis = run.get_task_instances()
+    print(f"\nDAG run {run.run_id} of {dag.dag_id}: {run.state}")
+    stages = stage_times(run)
+    print("stage times: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()))
+    values = task_results(dag, run)
     gate = next((v for k, v in values.items() if "gate" in k), None)
     if gate:
         print(f"validation: {'passed' if gate.get('passed') else 'FAILED'}; rows checked per shard "
