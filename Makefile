@@ -35,6 +35,7 @@ bench: setup
 	$(PY) bench/ingest.py
 	$(PY) bench/validate.py
 	$(PY) bench/startup.py
+	$(PY) bench/e2e.py
 
 # The Airflow UI on this project's dags/ and plugins/ (SQLite DB in .airflow/). The ignite_default connection
 # points at `make ignite-up`'s nodes. airflow standalone prints the URL and the admin login when it is ready.

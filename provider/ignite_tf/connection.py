@@ -189,7 +189,10 @@ class IgniteConnectionConfig:
             raise IgniteUnavailableError(
                 f"no Ignite node reachable at {self.addresses_str} ({exc.__class__.__name__}): "
                 f"start the cluster (make ignite-up) or fix the connection's addresses") from None
-        down = [f"{c.host}:{c.port}" for c in client._nodes if not c.alive]
+        # A client that is not partition-aware opens one connection, to the first node that answers: only the
+        # nodes before that one were found down.
+        tried = client._nodes if partition_aware else client._nodes[:client._current_node]
+        down = [f"{c.host}:{c.port}" for c in tried if not c.alive]
         if down:
             log.warning("Ignite node(s) %s not reachable; using %d other node(s)", ", ".join(down),
                         len(self.addresses) - len(down))

@@ -1,0 +1,266 @@
+"""End-to-end benchmark: example (a) as an Airflow DAG run beside the same training started directly.
+
+    .venv/bin/python bench/e2e.py [--json] [--rows N] [--epochs E] [--repeat R]
+
+Starts its own 2-node local Ignite cluster on free ports and a throw-away Airflow home (SQLite metadata DB,
+model registry and run directories in one temporary folder, removed at the end, like the nodes, also on
+error or Ctrl-C), then times, side by side in the same process:
+
+  dag_s           the DAG ``ignite_tf_tabular_sync`` (from ``dags/specs/tabular_sync.yaml``) run with
+                  ``dag.test()``, from the call to its return: load N generated rows -> partitions -> shard
+                  plan -> validate per shard -> gate -> train (TFClusterOperator, sync SGD, 2 workers,
+                  deferred to the in-process triggerer) -> publish. Parsing the DAG folder and migrating the
+                  metadata DB happen once, before, and are reported apart;
+  direct_s        the same training started with the runtime alone: ``start_cluster()`` on the same cache
+                  (the rows the DAG run loaded), the same entry point and arguments (built by
+                  ``TFClusterOperator.job``), mode, workers, shard plan settings and restarts, from the call
+                  to the cluster's final state (the time its supervisor recorded it);
+  overhead_ratio  dag_s / direct_s (target: at most 1.25 for a training of about two minutes);
+  stages          seconds per DAG task (task start to end; the mapped validate tasks summed).
+
+The table adds ``train / direct``: the DAG's train stage over direct_s, what orchestration (operator,
+deferral, trigger polls) adds to the training itself. Both runs get the same epochs, batch size, learning
+rate and workers, passed to the DAG run as its conf. With ``--repeat R`` the pairs alternate their order
+(DAG first, then direct first, ...) and the medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+# Set before anything imports TensorFlow or Airflow: Keras 2 (tf_keras), CPU only, quiet.
+BENCH_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+for _k, _v in BENCH_ENV.items():
+    os.environ.setdefault(_k, _v)
+
+REPO = Path(__file__).resolve().parents[1]
+DAG_ID = "ignite_tf_tabular_sync"
+WORKERS = 2
+BATCH = 32
+LEARNING_RATE = 0.02
+WAIT_TIMEOUT_S = 1800.0
+
+
+def say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def dag_run(dag, conf: dict, quiet: bool) -> dict:
+    """One ``dag.test()`` run; raises unless every task succeeded."""
+    from ignite_tf.demo import stage_times, task_results
+
+    say(f"DAG run of {dag.dag_id} (conf {conf}) ...", quiet)
+    started = time.perf_counter()
+    run = dag.test(run_conf=conf)
+    seconds = time.perf_counter() - started
+    if run.state != "success":
+        failed = [f"{ti.task_id}[{ti.map_index}] {ti.state}" for ti in run.get_task_instances()
+                  if ti.state != "success"]
+        raise RuntimeError(f"DAG run {run.run_id} ended {run.state}; tasks not successful: {failed} "
+                           f"(the tasks' logs are above, on stderr)")
+    train = task_results(dag, run).get("train") or {}
+    if train.get("epochs") != conf["epochs"]:
+        raise RuntimeError(f"the DAG's training ran {train.get('epochs')} epochs, not {conf['epochs']}: {train}")
+    stages = stage_times(run)
+    say(f"  DAG run: {seconds:.1f}s; stages " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()), quiet)
+    return {"seconds": seconds, "stages": stages, "cluster_s": train.get("seconds"),
+            "metrics": train.get("metrics", {})}
+
+
+def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
+    """The DAG's training started with ``start_cluster()`` alone; waits for the cluster's final state."""
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.state import Status
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+
+    # The operator's own argument builder, fed the rendered values, so both runs get the same arguments.
+    job = TFClusterOperator.job(SimpleNamespace(
+        command=None, entry_point=train_task.entry_point, label_column=train_task.label_column,
+        extra_args=train_task.extra_args, epochs=conf["epochs"], batch_size=conf["batch_size"],
+        learning_rate=conf["learning_rate"]))
+    launcher = make_launcher(conn)  # the state store the operator uses: the cluster's Ignite
+    cluster_id = f"e2e-bench-direct-{os.getpid()}-{index}"
+    say(f"direct start_cluster({train_task.cache!r}, {job}, mode={conf['mode']}, workers={conf['workers']}) ...",
+        quiet)
+    state = None
+    started_wall, started = time.time(), time.perf_counter()
+    try:
+        state = start_cluster(train_task.cache, job, conn=conn, mode=conf["mode"], workers=conf["workers"],
+                              max_restarts=int(train_task.max_restarts),
+                              startup_deadline_s=float(train_task.startup_deadline_s), cluster_id=cluster_id,
+                              run_root=run_root, launcher=launcher)
+        # The CLI's poll; no faster, as each poll costs CPU (here and in Ignite) that training would miss.
+        state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)
+        # The supervisor stamps the moment the cluster ended: the end without the poll's granularity.
+        seconds = state.finished_at - started_wall if state.finished_at else time.perf_counter() - started
+    finally:
+        if state is not None and not launcher.status(cluster_id).status.final:
+            launcher.stop(cluster_id)
+    if state.status is not Status.SUCCEEDED:
+        raise RuntimeError(f"direct cluster {cluster_id} ended {state.status.value}: {state.reason}; chief log:\n"
+                           f"{launcher.tail(cluster_id, 30)}")
+    if len(state.epochs) != conf["epochs"]:
+        raise RuntimeError(f"direct cluster {cluster_id} ran {len(state.epochs)} epochs, not {conf['epochs']}")
+    say(f"  direct: {seconds:.1f}s (cluster lifetime {state.age_s:.1f}s, {state.restarts} restart(s))", quiet)
+    return {"seconds": seconds, "cluster_s": state.age_s, "metrics": state.epochs[-1]}
+
+
+def stop_leftovers(conn) -> list[str]:
+    """Stop every cluster still alive in the Ignite state store (an interrupted DAG or direct run)."""
+    from ignite_tf.cluster.api import make_launcher
+
+    launcher = make_launcher(conn)
+    stopped = []
+    for state in launcher.store.list():
+        if launcher.is_alive(state):
+            launcher.stop(state.cluster_id)
+            stopped.append(state.cluster_id)
+    return stopped
+
+
+def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
+    from ignite_tf.demo import airflow_env, load_dag, migrate
+    from ignite_tf.local_ignite import LocalIgniteCluster
+
+    result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs, "_repeat": repeat}
+    tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+    cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", region_mb=768, die_with_parent=True)
+    conn = None
+    try:
+        say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}); scratch folder {tmp} ...", quiet)
+        cluster.up(2)
+        conn = cluster.connection()
+        home = tmp / "airflow"
+        home.mkdir()
+        # Read when the spec is parsed: the generated rows and a registry of our own (not .airflow/'s).
+        os.environ["IGNITE_TF_DEMO_ROWS"] = str(rows)
+        os.environ["IGNITE_TF_REGISTRY"] = str(home / "registry")
+        airflow_env(conn, home, REPO / "dags", tmp)
+        t = time.perf_counter()
+        migrate(home)
+        result["_migrate_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        dag = load_dag(DAG_ID, REPO / "dags")
+        result["_parse_s"] = time.perf_counter() - t
+        say(f"Airflow metadata DB migrated in {result['_migrate_s']:.1f}s, DAG folder parsed in "
+            f"{result['_parse_s']:.1f}s", quiet)
+        train_task = dag.get_task("train")
+        conf = {"mode": "sync", "workers": WORKERS, "epochs": epochs, "batch_size": BATCH,
+                "learning_rate": LEARNING_RATE}
+        unknown = set(conf) - set(dag.params.keys())
+        if unknown:
+            raise RuntimeError(f"DAG {DAG_ID} has no params {sorted(unknown)} (it has {sorted(dag.params.keys())})")
+        result["_conf"] = conf
+        dags, directs = [], []
+        for i in range(repeat):
+            # The first DAG run loads the rows the direct runs train on; later pairs alternate their order.
+            if i % 2 == 0:
+                dags.append(dag_run(dag, conf, quiet))
+                directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
+            else:
+                directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
+                dags.append(dag_run(dag, conf, quiet))
+        result["_dags"], result["_directs"] = dags, directs
+    finally:
+        try:
+            if conn is not None:
+                left = stop_leftovers(conn)
+                if left:
+                    say(f"stopped clusters left running: {left}", quiet)
+        finally:
+            cluster.down()
+            shutil.rmtree(tmp, ignore_errors=True)
+    result["dag_s"] = statistics.median(d["seconds"] for d in dags)
+    result["direct_s"] = statistics.median(d["seconds"] for d in directs)
+    result["overhead_ratio"] = result["dag_s"] / result["direct_s"]
+    result["stages"] = {name: statistics.median(d["stages"].get(name, 0.0) for d in dags) for name in dags[0]["stages"]}
+    result["_load_after"] = os.getloadavg()[0]
+    return result
+
+
+def table(r: dict) -> str:
+    conf = r["_conf"]
+    dag_cluster = statistics.median(d["cluster_s"] for d in r["_dags"] if d["cluster_s"] is not None)
+    direct_cluster = statistics.median(d["cluster_s"] for d in r["_directs"])
+    train = r["stages"].get("train", 0.0)
+    runs = "median of " + str(r["_repeat"]) + " pairs" if r["_repeat"] > 1 else "1 pair"
+    lines = [
+        f"End-to-end benchmark: {os.cpu_count()} cores (1-min load average {r['_load_before']:.1f} before, "
+        f"{r['_load_after']:.1f} after), 2 local Ignite nodes, DAG {DAG_ID} vs start_cluster() on the same "
+        f"cache; {r['_rows']:,} rows, {conf['epochs']} epochs, batch {conf['batch_size']}/worker, learning rate "
+        f"{conf['learning_rate']}, {conf['mode']} SGD with {conf['workers']} workers ({runs})",
+        "",
+        "| DAG stage | seconds | share of dag_s |",
+        "|---|---:|---:|",
+    ]
+    for name, seconds in r["stages"].items():
+        lines.append(f"| {name} | {seconds:.1f} | {seconds / r['dag_s']:.0%} |")
+    other = r["dag_s"] - sum(r["stages"].values())
+    lines += [
+        f"| (outside tasks: dag.test set-up, scheduling between tasks) | {other:.1f} | {other / r['dag_s']:.0%} |",
+        "",
+        "| run | wall s | / direct_s | TF cluster lifetime s |",
+        "|---|---:|---:|---:|",
+        f"| direct: start_cluster() -> final state (direct_s) | {r['direct_s']:.1f} | 1.00 | {direct_cluster:.1f} |",
+        f"| DAG train stage (operator, deferral, trigger polls) | {train:.1f} | {train / r['direct_s']:.2f} | "
+        f"{dag_cluster:.1f} |",
+        f"| whole DAG run (dag_s) | {r['dag_s']:.1f} | {r['overhead_ratio']:.2f} | |",
+        "",
+        f"overhead_ratio = dag_s / direct_s = {r['overhead_ratio']:.2f} (target <= 1.25); "
+        f"train stage / direct_s = {train / r['direct_s']:.2f}",
+        f"Once per process, not in dag_s: metadata DB migration {r['_migrate_s']:.1f}s, parsing the DAG folder "
+        f"{r['_parse_s']:.1f}s.",
+    ]
+    if r["_repeat"] > 1:
+        pairs = [f"DAG {d['seconds']:.1f} (train {d['stages'].get('train', 0.0):.1f}, cluster {d['cluster_s']:.1f}) "
+                 f"vs direct {x['seconds']:.1f} (cluster {x['cluster_s']:.1f})"
+                 for d, x in zip(r["_dags"], r["_directs"], strict=True)]
+        lines.append("Each pair, seconds: " + "; ".join(pairs) + ".")
+    dm, xm = r["_dags"][-1]["metrics"], r["_directs"][-1]["metrics"]
+    lines.append(f"Last epoch: DAG accuracy {dm.get('accuracy', float('nan')):.3f}, direct accuracy "
+                 f"{xm.get('accuracy', float('nan')):.3f}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--rows", type=int, default=20_000, help="rows the DAG's load task generates (default 20,000)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of both trainings (default 10)")
+    parser.add_argument("--repeat", type=int, default=1, help="DAG/direct pairs; medians are reported (default 1)")
+    args = parser.parse_args(argv)
+    if args.rows < 1000 or args.epochs < 1 or args.repeat < 1:
+        parser.error("--rows must be at least 1000 (the suite's row count), --epochs and --repeat at least 1")
+    # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # Airflow logs to stdout: send everything written there during the runs to stderr, keeping stdout for
+    # the table or the JSON object alone.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = run(args.rows, args.epochs, args.repeat, quiet=args.json)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    if args.json:
+        print(json.dumps({k: result[k] for k in ("dag_s", "direct_s", "overhead_ratio", "stages")}))
+    else:
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
