@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ignite_tf import etl
+from ignite_tf import etl, etl_encode, etl_input
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import IgniteUnavailableError, LoadError
 from ignite_tf.etl import hash_keys, load, row_hash_keys
@@ -212,11 +212,11 @@ def test_encoding_matches_pyignite(ignite_client):
     fields = OrderedDict((k, t[1]) for k, t in types.items())
     cls = GenericObjectMeta("EncodingProbe", (), {}, type_name="ignite_tf.encoding_probe", schema=fields)
     # object columns: None is a null there; D is float64, where NaN is a value
-    cols = [etl._columnar(etl._convert(pd.Series(values[k], dtype="float64" if k == "D" else object), k, t[0],
-                                       "test"), k, t[0]) for k, t in types.items()]
+    cols = [etl_encode._columnar(etl_input._convert(pd.Series(values[k], dtype="float64" if k == "D" else object),
+                                                    k, t[0], "test"), k, t[0]) for k, t in types.items()]
     keys = np.array([5, 6, 7], np.int64)
     for lo, hi in ((0, 1), (1, 2), (2, 3), (0, 3)):
-        payload = etl._encode(keys, cols, lo, hi, entity_id(cls.type_name), schema_id(fields))
+        payload = etl_encode._encode(keys, cols, lo, hi, entity_id(cls.type_name), schema_id(fields))
         want = bytearray(np.array([hi - lo], "<i4").tobytes())
         for r in range(lo, hi):
             obj = cls(**{k: values[k][r] for k in types})
@@ -227,8 +227,8 @@ def test_encoding_matches_pyignite(ignite_client):
     numbers = [c for c in cols if c.ctype != "string"]
     for c in numbers:
         c.nulls = None  # no nulls and no strings: the column-slice fast path
-    fast = etl._encode(keys, numbers, 0, 3, 11, 12)
-    assert fast == etl._encode_general(keys, numbers, 0, 3, 11, 12)
+    fast = etl_encode._encode(keys, numbers, 0, 3, 11, 12)
+    assert fast == etl_encode._encode_general(keys, numbers, 0, 3, 11, 12)
 
 
 # -- refused input: a LoadError that says what and where, and nothing written ---------------------------------

@@ -11,56 +11,43 @@ running it again.
 Values: NaN in a float column is a value; None / pd.NA (and NaN outside float columns, the pandas way)
 and an empty CSV cell are SQL NULL. A DataFrame's index is not loaded (``reset_index()`` to load it).
 Row numbers in messages count data rows from 0.
+
+This module holds the load itself (the table, the batched writes, the report); reading and checking the
+input is in :mod:`ignite_tf.etl_input`, the keys and the BinaryObject encoding in :mod:`ignite_tf.etl_encode`.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import LoadError
+from ignite_tf.etl_encode import _Col, _columnar, _encode, hash_keys, row_hash_keys
+from ignite_tf.etl_input import (
+    _WIRE,
+    COLUMN_TYPES,
+    SUFFIXES,
+    _check_name,
+    _convert,
+    _key_problems,
+    _read_source,
+    _to_arrow,
+    infer_type,
+)
 
-COLUMN_TYPES = {"float32": "REAL", "float64": "DOUBLE", "int32": "INT", "int64": "BIGINT", "bool": "BOOLEAN",
-                "string": "VARCHAR"}
+__all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "infer_type", "load",
+           "row_hash_keys"]
+
 ROW_KEY = "row_key"
-SUFFIXES = (".csv", ".parquet", ".pq")
-
-# column type -> (Ignite binary type code, little-endian NumPy dtype, Arrow type, Java class in SYS.TABLE_COLUMNS)
-_WIRE = {
-    "float32": (5, "<f4", pa.float32(), "java.lang.Float"),
-    "float64": (6, "<f8", pa.float64(), "java.lang.Double"),
-    "int32": (3, "<i4", pa.int32(), "java.lang.Integer"),
-    "int64": (4, "<i8", pa.int64(), "java.lang.Long"),
-    "bool": (8, "u1", pa.bool_(), "java.lang.Boolean"),
-    "string": (9, None, pa.large_string(), "java.lang.String"),
-}
 _JAVA_TO_TYPE = {w[3]: t for t, w in _WIRE.items()}
-_TC_NULL = 101
 _OP_CACHE_PUT_ALL = 1004
-_HEADER = np.dtype([("code", "u1"), ("version", "u1"), ("flags", "<u2"), ("type_id", "<i4"), ("hash", "<i4"),
-                    ("length", "<i4"), ("schema_id", "<i4"), ("schema_offset", "<i4")])
-_USER_TYPE, _HAS_SCHEMA, _OFFSET_1, _OFFSET_2, _COMPACT_FOOTER = 0x01, 0x02, 0x08, 0x10, 0x20
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# H2 (Ignite's SQL engine) keywords that cannot be unquoted column or table names, plus Ignite's hidden columns.
-_RESERVED = set(
-    "ALL AND ARRAY AS BETWEEN BOTH CASE CHECK CONSTRAINT CROSS CURRENT_DATE CURRENT_TIME CURRENT_TIMESTAMP "
-    "CURRENT_USER DISTINCT EXCEPT EXISTS FALSE FETCH FOR FOREIGN FROM FULL GROUP HAVING IF ILIKE IN INNER "
-    "INTERSECT INTERSECTS INTERVAL IS JOIN LEADING LEFT LIKE LIMIT LOCALTIME LOCALTIMESTAMP MINUS NATURAL NOT "
-    "NULL OFFSET ON OR ORDER PRIMARY QUALIFY REGEXP RIGHT ROW ROWNUM ROWS SELECT SYSDATE SYSTIME SYSTIMESTAMP "
-    "TABLE TODAY TOP TRAILING TRUE UNION UNIQUE UNKNOWN USING VALUES WHERE WINDOW WITH _ROWID_ _KEY _VAL".split())
-_NULL_WORD = np.uint64(0x6E756C6C2D726F77)  # the word a null contributes to a row hash
 
 
 @dataclass
@@ -95,310 +82,6 @@ class LoadReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# -- reading and converting the input ------------------------------------------------------------------
-def _read_source(source, schema: dict | None) -> tuple[list[tuple[str, object]], str]:
-    """The input's (name, column) pairs (pandas or Arrow), and a description of the input for messages."""
-    if isinstance(source, pd.DataFrame):
-        return [(str(name), series) for name, series in source.items()], "DataFrame"
-    if not isinstance(source, (str, Path)):
-        raise LoadError(f"source must be a pandas DataFrame or a path to a {'/'.join(SUFFIXES)} file, "
-                        f"not {type(source).__name__}")
-    path = Path(source)
-    where = str(path)
-    if path.suffix.lower() not in SUFFIXES:
-        raise LoadError(f"source {where}: unsupported file type {path.suffix or '(none)'!r}; "
-                        f"give a {', '.join(SUFFIXES)} file or a pandas DataFrame")
-    if not path.is_file():
-        raise LoadError(f"source {where}: no such file (working directory {Path.cwd()})")
-    try:
-        if path.suffix.lower() == ".csv":
-            import pyarrow.csv as pcsv
-
-            with open(path, newline="", encoding="utf-8-sig") as fh:
-                names = next(csv.reader(fh), [])
-            # Declared columns are read as text and converted here, so a bad value gets its row and column.
-            declared = {str(n).lower() for n in schema or {}}
-            types = {n: pa.large_string() for n in names if n.lower() in declared}
-            table = pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
-                column_types=types, null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True))
-        else:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise LoadError(f"source {where}: cannot be read ({exc})") from None
-    return [(name, table.column(i)) for i, name in enumerate(table.column_names)], where
-
-
-def _to_arrow(values) -> pa.Array:
-    """An Arrow array of a column. NaN in a float column is a value; elsewhere (pandas' way) it is missing."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    is_float = isinstance(values.dtype, np.dtype) and values.dtype.kind == "f"
-    try:
-        return pa.array(values, from_pandas=not is_float)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        # Mixed Python objects: go through their text form; the declared type's parser checks each value.
-        return pa.array([None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v)
-                         for v in values], pa.large_string())
-
-
-def infer_type(arrow_type: pa.DataType) -> str | None:
-    """The column type (a COLUMN_TYPES key) for an Arrow type, or None when it has none."""
-    if pa.types.is_floating(arrow_type) and arrow_type.bit_width >= 32:
-        return "float32" if arrow_type.bit_width == 32 else "float64"
-    if pa.types.is_integer(arrow_type):
-        small = arrow_type.bit_width < 32 or (arrow_type.bit_width == 32 and pa.types.is_signed_integer(arrow_type))
-        return "int32" if small else "int64"
-    if pa.types.is_boolean(arrow_type):
-        return "bool"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        return "string"
-    return None
-
-
-def _cast(arr: pa.Array, ctype: str) -> pa.Array:
-    target = _WIRE[ctype][2]
-    if ctype in ("int32", "int64"):
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            try:
-                return arr.cast(target)
-            except pa.ArrowInvalid:  # "3.0" as pandas writes ints of a column that had nulls
-                arr = arr.cast(pa.float64())
-        if pa.types.is_floating(arr.type):  # an int column with missing values arrives as float + NaN
-            arr = pc.if_else(pc.is_nan(arr), pa.scalar(None, arr.type), arr)
-    out = arr.cast(target)
-    if ctype == "float32" and pa.types.is_floating(arr.type) and arr.type.bit_width > 32:
-        src, dst = arr.to_numpy(zero_copy_only=False), out.to_numpy(zero_copy_only=False)
-        if np.any(np.isinf(dst) & np.isfinite(src)):
-            raise pa.ArrowInvalid("float32 overflow")
-    return out
-
-
-def _bad_rows(arr: pa.Array, ctype: str, limit: int = 3) -> list[int]:
-    """Rows whose value does not convert, found by bisecting over slices (about 2 passes per row found)."""
-    bad, start = [], 0
-    while len(bad) < limit and start < len(arr):
-        lo, hi = start, len(arr)
-        try:
-            _cast(arr.slice(lo, hi - lo), ctype)
-            break
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-        while hi - lo > 1:  # the first bad row is in [lo, hi)
-            mid = (lo + hi) // 2
-            try:
-                _cast(arr.slice(lo, mid - lo), ctype)
-                lo = mid
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                hi = mid
-        bad.append(lo)
-        start = lo + 1
-    return bad
-
-
-def _convert(values, name: str, ctype: str, where: str) -> pa.Array:
-    arr = _to_arrow(values)
-    try:
-        return _cast(arr, ctype)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        rows = _bad_rows(arr, ctype)
-    if not rows:
-        raise LoadError(f"{where}, column {name!r}: values of type {arr.type} cannot become {ctype}")
-    examples = "; ".join(f"row {r}, column {name!r}: {arr[r].as_py()!r} is not {ctype}" for r in rows)
-    raise LoadError(f"{where}: {examples} (rows count from 0; fix the input or declare another type in schema)")
-
-
-def _check_name(name: str, what: str, where: str) -> None:
-    if not _IDENT.match(name) or name.upper() in _RESERVED:
-        raise LoadError(f"{where}: {what} {name!r} is not a usable SQL identifier (letters, digits and _, "
-                        f"not starting with a digit, not an SQL keyword): rename it")
-
-
-# -- stable keys ---------------------------------------------------------------------------------------
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 arrays (NumPy wraps on overflow, which is what it needs)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _word(text: str) -> np.uint64:
-    return np.uint64(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"))
-
-
-def _filled(arr: pa.Array, ctype: str) -> np.ndarray:
-    """The values as NumPy, nulls as 0 (the null mask is kept apart)."""
-    return arr.fill_null(pa.scalar(False if ctype == "bool" else 0, arr.type)).to_numpy(zero_copy_only=False)
-
-
-def _value_words(arr: pa.Array, ctype: str) -> np.ndarray:
-    """One uint64 per value that depends only on the value (not on process, platform or float width)."""
-    if ctype == "string":
-        words = np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
-                          if v is not None else 0 for v in arr.to_pylist()], dtype=np.uint64)
-    elif ctype in ("float32", "float64"):
-        f = _filled(arr, ctype).astype(np.float64)
-        f = np.where(np.isnan(f), np.float64("nan"), f) + 0.0  # one NaN; -0.0 + 0.0 == +0.0
-        words = f.view(np.uint64)
-    else:
-        words = _filled(arr, ctype).astype(np.int64).view(np.uint64)
-    if arr.null_count:
-        words = np.where(arr.is_null().to_numpy(zero_copy_only=False), _NULL_WORD, words)
-    return words
-
-
-def hash_keys(values, column_type: str = "string") -> np.ndarray:
-    """Keys (63-bit, non-negative int64) that ``load`` gives rows of a non-integer ``key`` column.
-
-    ``cache.get(int(hash_keys(["alice"])[0]))`` reads the row whose key column holds ``"alice"``.
-
-    :param values: the key values (list, NumPy array, pandas Series or Arrow array).
-    :param column_type: the key column's type (a COLUMN_TYPES key).
-    """
-    arr = _convert(values if not isinstance(values, list) else pd.Series(values, dtype=object),
-                   "key", column_type, "hash_keys")
-    h = _mix(_word("ignite_tf.key.v1") ^ _value_words(arr, column_type))
-    return (h >> np.uint64(1)).astype(np.int64)
-
-
-def row_hash_keys(columns: dict[str, pa.Array], schema: dict[str, str]) -> np.ndarray:
-    """Keys that ``load`` gives rows when no ``key`` is named: a hash of every column's name and value."""
-    n = len(next(iter(columns.values())))
-    h = np.full(n, _word("ignite_tf.row.v1"), dtype=np.uint64)
-    for name in sorted(columns):  # column order in the input does not change the keys
-        h = _mix(h ^ _word(name.lower()))
-        h = _mix(h ^ _value_words(columns[name], schema[name]))
-    return (h >> np.uint64(1)).astype(np.int64)
-
-
-# -- encoding rows as Ignite BinaryObjects ---------------------------------------------------------------
-@dataclass
-class _Col:
-    sql: str
-    ctype: str
-    values: np.ndarray  # fixed width: one value per row; string: the UTF-8 bytes of all rows
-    nulls: np.ndarray | None
-    offsets: np.ndarray | None = None  # string: row i is values[offsets[i]:offsets[i + 1]]
-
-
-def _columnar(arr: pa.Array, sql: str, ctype: str) -> _Col:
-    nulls = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
-    if ctype == "string":
-        _, off_buf, data_buf = arr.buffers()
-        offsets = np.frombuffer(off_buf, dtype="<i8")[arr.offset:arr.offset + len(arr) + 1]
-        data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-        return _Col(sql, ctype, data, nulls, offsets)
-    return _Col(sql, ctype, _filled(arr, ctype).astype(_WIRE[ctype][1]), nulls)
-
-
-def _scatter(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
-    buf[starts[:, None] + np.arange(rows.shape[1])] = rows
-
-
-def _encode(keys: np.ndarray, cols: list[_Col], lo: int, hi: int, type_id: int, schema_id: int) -> bytes:
-    """The payload of OP_CACHE_PUT_ALL for rows [lo, hi): count, then (Long key, BinaryObject value) pairs.
-
-    The bytes are those pyignite writes for one object at a time (a compact footer; the server knows
-    the schema from ``put_binary_type``).
-    """
-    if all(c.offsets is None and (c.nulls is None or not c.nulls[lo:hi].any()) for c in cols):
-        return _encode_fixed(keys, cols, lo, hi, type_id, schema_id)
-    return _encode_general(keys, cols, lo, hi, type_id, schema_id)
-
-
-def _encode_general(keys: np.ndarray, cols: list[_Col], lo: int, hi: int, type_id: int, schema_id: int) -> bytes:
-    """``_encode`` for rows of different layouts (nulls, strings): every field written by scatter."""
-    n, nf = hi - lo, len(cols)
-    sizes = np.empty((n, nf), np.int64)  # bytes of each field: type code + value, or one NULL byte
-    for j, c in enumerate(cols):
-        sizes[:, j] = 5 + np.diff(c.offsets[lo:hi + 1]) if c.ctype == "string" else 1 + c.values.itemsize
-        if c.nulls is not None:
-            sizes[c.nulls[lo:hi], j] = 1
-    field_off = 24 + np.cumsum(sizes, axis=1) - sizes
-    data_len = sizes.sum(axis=1)
-    last = int(field_off[:, -1].max())
-    width, odt, oflag = _offset_format(last)
-    obj_len = 24 + data_len + nf * width
-    entry_start = 4 + np.cumsum(9 + obj_len) - (9 + obj_len)
-    buf = np.zeros(4 + int((9 + obj_len).sum()), np.uint8)
-    buf[:4] = np.array([n], "<i4").view(np.uint8)
-    buf[entry_start] = _WIRE["int64"][0]
-    _scatter(buf, entry_start + 1, keys[lo:hi].astype("<i8").view(np.uint8).reshape(n, 8))
-    start = entry_start + 9
-    for j, c in enumerate(cols):
-        pos = start + field_off[:, j]
-        buf[pos] = _WIRE[c.ctype][0]
-        ok = slice(None)
-        if c.nulls is not None:
-            ok = ~c.nulls[lo:hi]
-            buf[pos[~ok]] = _TC_NULL
-        if c.ctype != "string":
-            _scatter(buf, pos[ok] + 1, c.values[lo:hi][ok].view(np.uint8).reshape(-1, c.values.itemsize))
-            continue
-        begin, lens, at = c.offsets[lo:hi][ok], np.diff(c.offsets[lo:hi + 1])[ok], pos[ok] + 1
-        _scatter(buf, at, lens.astype("<i4").view(np.uint8).reshape(-1, 4))
-        run = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-        buf[np.repeat(at + 4, lens) + run] = c.values[np.repeat(begin, lens) + run]
-    _scatter(buf, start + 24 + data_len, field_off.astype(odt).view(np.uint8).reshape(n, nf * width))
-    _scatter(buf, start, _headers(buf, start, obj_len, data_len, oflag, type_id, schema_id))
-    return buf.tobytes()
-
-
-def _headers(buf, start, obj_len, data_len, oflag: int, type_id: int, schema_id: int) -> np.ndarray:
-    """The 24-byte BinaryObject headers, as rows of bytes, of objects whose fields are already in ``buf``."""
-    header = np.zeros(len(start), _HEADER)
-    header["code"], header["version"] = 103, 1
-    header["flags"] = _USER_TYPE | _HAS_SCHEMA | _COMPACT_FOOTER | oflag
-    header["type_id"], header["schema_id"] = type_id, schema_id
-    header["length"], header["schema_offset"] = obj_len, 24 + data_len
-    header["hash"] = _java_bytes_hash(buf, start + 24, np.broadcast_to(data_len, start.shape))
-    return header.view(np.uint8).reshape(-1, 24)
-
-
-def _offset_format(last: int) -> tuple[int, str, int]:
-    """Byte width, dtype and header flag of a footer whose largest field offset is ``last``."""
-    return (1, "u1", _OFFSET_1) if last < 255 else (2, "<u2", _OFFSET_2) if last < 65535 else (4, "<u4", 0)
-
-
-def _encode_fixed(keys: np.ndarray, cols: list[_Col], lo: int, hi: int, type_id: int, schema_id: int) -> bytes:
-    """``_encode`` for rows that all have the same layout (numbers, no nulls): column slices, no scatter."""
-    n, nf = hi - lo, len(cols)
-    sizes = np.array([1 + c.values.itemsize for c in cols])
-    field_off = 24 + np.cumsum(sizes) - sizes
-    data_len = int(sizes.sum())
-    width, odt, oflag = _offset_format(int(field_off[-1]))
-    rows = np.empty((n, 9 + 24 + data_len + nf * width), np.uint8)
-    rows[:, 0] = _WIRE["int64"][0]
-    rows[:, 1:9] = keys[lo:hi].astype("<i8").view(np.uint8).reshape(n, 8)
-    obj = rows[:, 9:]
-    for off, c in zip(field_off, cols, strict=True):
-        obj[:, off] = _WIRE[c.ctype][0]
-        obj[:, off + 1:off + 1 + c.values.itemsize] = c.values[lo:hi].view(np.uint8).reshape(n, -1)
-    obj[:, 24 + data_len:] = np.frombuffer(field_off.astype(odt).tobytes(), np.uint8)
-    start = np.arange(n) * rows.shape[1] + 9
-    obj[:, :24] = _headers(rows.reshape(-1), start, obj.shape[1], data_len, oflag, type_id, schema_id)
-    return np.array([n], "<i4").tobytes() + rows.tobytes()
-
-
-def _java_bytes_hash(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Java's ``Arrays.hashCode(byte[])`` of each field-data region: Ignite's hash of a BinaryObject."""
-    # 31**i mod 2**32 (uint32 wraps), as int64 so that products with bytes fit
-    pow31 = np.concatenate([[1], np.cumprod(np.full(int(lens.max()), 31, np.uint32), dtype=np.uint32)])
-    pow31 = pow31.astype(np.int64)
-    step = np.diff(starts)
-    if (lens == lens[0]).all() and (step == (step[0] if len(step) else 0)).all():
-        # Equal, equally spaced regions (the usual all-numeric rows): one strided view and a product.
-        width, stride = int(lens[0]), int(step[0]) if len(step) else 0
-        rows = np.lib.stride_tricks.as_strided(buf[starts[0]:], (len(starts), width), (stride, 1))
-        h = rows.view(np.int8).astype(np.int64) @ pow31[width - 1::-1] + pow31[width]
-    else:
-        run = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-        data = buf[np.repeat(starts, lens) + run].view(np.int8).astype(np.int64)
-        h = np.add.reduceat(data * pow31[np.repeat(lens, lens) - 1 - run], np.cumsum(lens) - lens) + pow31[lens]
-    return (h & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
 # -- the table and the writes ----------------------------------------------------------------------------
@@ -474,18 +157,6 @@ def _retry(fn, attempts: int = 4):
             if attempt == attempts - 1 or not transient:
                 raise
             time.sleep(0.5 * (attempt + 1))
-
-
-def _key_problems(arr: pa.Array, name: str, where: str) -> None:
-    if arr.null_count:
-        rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[:5].tolist()
-        raise LoadError(f"{where}: key column {name!r} has {arr.null_count} null value(s), at rows {rows}: "
-                        f"a key must identify every row; fill them, or load with key=None")
-    dup = np.flatnonzero(pd.Series(arr.to_pandas()).duplicated(keep=False).to_numpy())
-    if len(dup):
-        shown = ", ".join(f"row {r} = {arr[int(r)].as_py()!r}" for r in dup[:6]) + (", ..." if len(dup) > 6 else "")
-        raise LoadError(f"{where}: key column {name!r} has duplicate values ({shown}): a key must identify "
-                        f"one row; choose another key column, or load with key=None")
 
 
 def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, str] | None = None,

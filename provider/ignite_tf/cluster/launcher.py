@@ -19,7 +19,7 @@ from pathlib import Path
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.local_ignite import pid_alive
+from ignite_tf.local_procs import pid_alive
 
 
 class Launcher(ABC):
