@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalIgniteCluster.on_free_ports(state, "demo", region_mb=768, die_with_parent=True)
     home = REPO / ".airflow"
     home.mkdir(exist_ok=True)
-    code = 0
+    code = 1
     try:
         t = time.monotonic()
         cluster.up(2)
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
               f"logs in {state / 'logs'})")
         conn = cluster.connection()
         data_layer(conn, args.rows)
+        code = 0 if args.skip_dag else 1
         if not args.skip_dag:
             airflow_env(conn, home, REPO / "dags", state)
             migrate(home)
@@ -172,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             code = report(dag, run)
     finally:
         cluster.down()
+        if code == 0:  # the node logs and TF run folders are kept only when something failed
+            shutil.rmtree(state, ignore_errors=True)
+        else:
+            print(f"Ignite logs and TF run folders kept in {state}", file=sys.stderr)
         print(f"all Ignite nodes stopped; demo took {time.monotonic() - started:.0f}s")
     return code
 
