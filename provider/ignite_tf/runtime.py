@@ -21,11 +21,13 @@ TensorFlow is imported inside functions only (``TF_USE_LEGACY_KERAS=1`` is set f
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import inspect
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -276,6 +278,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
     save to a temporary directory and delete it. The chief writes to a temporary name and renames, so a
     reader never sees half a model.
     """
+    started = time.monotonic()
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
     final = ckpt / "model"
@@ -292,7 +295,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
         final.replace(old)
     tmp.replace(final)
     shutil.rmtree(old, ignore_errors=True)
-    _log(f"model saved to {final}", info)
+    _log(f"model saved to {final} in {time.monotonic() - started:.1f}s", info)
     return str(final)
 
 
@@ -328,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only serve (async worker / ps); the default decides from TF_CONFIG's task type")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
+    # task that looks hung (a collective waiting for a peer, a read) is waiting.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     features = [f.strip() for f in args.features.split(",") if f.strip()] if args.features else None
     try:
         info = task_info()
