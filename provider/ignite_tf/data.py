@@ -33,6 +33,8 @@ from ignite_tf.shardplan import ShardPlan, WorkerShard
 
 ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
+# Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
+BLOCK_ROWS = 16_384
 
 
 def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None = None,
@@ -89,19 +91,39 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
             cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
             shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024,
             input_context=None) -> Iterator[dict[str, np.ndarray]]:
-    """NumPy batches of this worker's shard for ``epoch`` (the same rows ``dataset`` yields)."""
+    """NumPy batches of this worker's shard for ``epoch`` (the same rows, in the same order, as ``dataset``)."""
+    yield from _rebatch(blocks(epoch, batch_size=batch_size, worker=worker, plan=plan, cache=cache, conn=conn,
+                               columns=columns, shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size,
+                               input_context=input_context), batch_size)
+
+
+def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,
+           cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
+           shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024, block_rows: int = BLOCK_ROWS,
+           stack: list[str] | None = None, input_context=None) -> Iterator[dict[str, np.ndarray]]:
+    """This worker's rows for ``epoch`` in blocks of about ``block_rows`` rows: cut into ``batch_size`` pieces,
+    they are ``batches(...)``. Fewer, larger pieces cost less Python per row; memory holds one block.
+
+    With ``shuffle_buffer``, rows are permuted within units of ``max(batch_size, shuffle_buffer)`` rows and a
+    block is a whole number of units (one, when a unit is larger than ``block_rows``). ``stack``: numeric
+    columns decoded straight into one float32 matrix ``block[ignite_tf.reader.STACKED]`` (NULLs filled).
+    """
     from ignite_tf.reader import PartitionReader
 
     plan = load_plan(plan, cache=cache, conn=conn)
     my = shard(epoch, worker=worker, plan=plan, input_context=input_context)
-    read_batch = max(batch_size, shuffle_buffer) if shuffle_buffer else batch_size
-    with PartitionReader(_conn(conn), plan.partition_map.cache, columns=columns, batch_size=read_batch,
-                         page_size=page_size) as reader:
+    unit = max(batch_size, shuffle_buffer) if shuffle_buffer else max(batch_size, block_rows)
+    pm = plan.partition_map
+    # The plan's routes spare the reader asking the cluster every epoch; a stale route costs a forwarded
+    # (or failed-over) scan, never a row.
+    with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
+                         primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack) as reader:
         stream = reader.batches(my.read_tasks())
-        if shuffle_buffer:
-            rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
-            stream = _block_shuffle(stream, rng)
-        yield from _rebatch(stream, batch_size)
+        if not shuffle_buffer:
+            yield from stream
+            return
+        rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
+        yield from _group(_block_shuffle(stream, rng), max(1, block_rows // unit))
 
 
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
@@ -126,14 +148,22 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     names, label_name, dtypes = _columns(plan, conn, label, features, include_key)
     read_columns = names + ([label_name] if label_name else [])
 
+    key = plan.partition_map.key_column
+    # The reader stacks value columns as it decodes (the key is not one: then stack here).
+    decode_stack = names if stack and key not in names else None
+
     def generate():
-        for batch in batches(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
-                             columns=[c for c in read_columns if c != plan.partition_map.key_column],
-                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size):
-            batch = {k: _filled(v) for k, v in batch.items()}
-            feats = (np.stack([batch[n].astype(np.float32) for n in names], axis=1) if stack
-                     else {n: batch[n] for n in names})
-            yield (feats, batch[label_name]) if label_name else feats
+        from ignite_tf.reader import STACKED
+
+        for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
+                            columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
+                            page_size=page_size, stack=decode_stack):
+            block = {k: _filled(v) for k, v in block.items()}
+            if decode_stack:
+                feats = block[STACKED]
+            else:
+                feats = _stack([block[n] for n in names]) if stack else {n: block[n] for n in names}
+            yield (feats, block[label_name]) if label_name else feats
 
     if stack:
         feature_spec = tf.TensorSpec([None, len(names)], tf.float32)
@@ -145,7 +175,9 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     options = tf.data.Options()
     # The plan already sharded the data: TF must not shard it again (it would drop rows).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    ds = ds.with_options(options)
+    # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
+    # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
+    ds = ds.with_options(options).prefetch(1).rebatch(batch_size)
     return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
 
 
@@ -203,6 +235,28 @@ def _block_shuffle(stream: Iterator[dict], rng: np.random.Generator) -> Iterator
         yield {k: v[order] for k, v in block.items()}
 
 
+def _group(stream: Iterator[dict], n: int) -> Iterator[dict]:
+    """Concatenations of ``n`` consecutive blocks of ``stream`` (the last may hold fewer)."""
+    if n == 1:
+        yield from stream
+        return
+    group: list[dict] = []
+    for block in stream:
+        group.append(block)
+        if len(group) == n:
+            yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
+            group = []
+    if group:
+        yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
+
+
+def _stack(columns: list[np.ndarray]) -> np.ndarray:
+    out = np.empty((len(columns[0]), len(columns)), np.float32)
+    for j, values in enumerate(columns):
+        out[:, j] = values
+    return out
+
+
 def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
     pending: dict | None = None
     for block in stream:
@@ -220,6 +274,12 @@ def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if isinstance(a, np.ma.MaskedArray) or isinstance(b, np.ma.MaskedArray):
-        return np.ma.concatenate([a, b])
-    return np.concatenate([a, b])
+    return _concat_all([a, b])
+
+
+def _concat_all(arrays: list[np.ndarray]) -> np.ndarray:
+    if len(arrays) == 1:
+        return arrays[0]
+    if any(isinstance(a, np.ma.MaskedArray) for a in arrays):
+        return np.ma.concatenate(arrays)
+    return np.concatenate(arrays)
