@@ -1,6 +1,6 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
-    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--profile]
+    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -17,8 +17,10 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   ``tf.data.Dataset.from_tensor_slices(...).batch(256)``;
   input_ratio     steps_s_ignite / steps_s_memory (target >= 0.9: training is not input-bound).
 
-Both step rates are best of 3 ``fit`` calls of S steps, interleaved, after one untimed warm-up epoch per
-path; each Ignite dataset is built before its timer starts (``fit`` times opening the reader and reading).
+Both step rates are the best (and the median) of R ``fit`` calls of S steps (R = 3 by default), interleaved,
+after one untimed warm-up epoch per path; input_ratio is best over best, and its median is the median of the
+rounds' ratios. Each Ignite dataset is built before its timer starts (``fit`` times opening the reader and
+reading). ``--input-only`` skips the import and first-step parts.
 The Ignite path pays a fixed cost per partition scanned (1024 partitions, every epoch) on top of a cost per
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
@@ -201,11 +203,13 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
         order = list(paths) if r % 2 == 0 else list(paths)[::-1]
         for name in order:
             rates[name].append(timed(paths[name], r + 1, name))
-        say(f"  round {r + 1}: " + ", ".join(f"{n} {rates[n][-1]:.0f} steps/s" for n in paths), quiet)
+        say(f"  round {r + 1} (load {os.getloadavg()[0]:.1f}): "
+            + ", ".join(f"{n} {rates[n][-1]:.0f} steps/s" for n in paths), quiet)
     # CPU of each path's fastest run: (wall s, this process's CPU-s, the Ignite nodes' CPU-s).
     best_cpu = {name: min(runs) for name, runs in cpu.items()}
+    ratios = [i / m for i, m in zip(rates["ignite"], rates["memory"], strict=True)]
     return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
-            "_cpu": best_cpu}
+            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios)}
 
 
 def _own_cpu_s() -> float:
@@ -228,11 +232,13 @@ def _cpu_s(pids: list[int]) -> float:
 def profile_data_path(conn, repeat: int = 3) -> dict:
     """The Ignite data path alone (no training), best of ``repeat``.
 
-    ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its NumPy batches
-    of every partition, open excluded, and ``reader_ms_per_partition`` = that time / partitions;
-    ``batches_rows_s``: ``ignite_tf.data.batches`` (adds the block shuffle and re-batching);
-    ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds stacking and
-    ``from_generator``); ``dataset_build_s``: building that dataset with ``cache=`` (discovery each time).
+    ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its batches of
+    every partition (features stacked as decoded, as the dataset reads them), open excluded, and
+    ``reader_ms_per_partition`` = that time / partitions; ``blocks_rows_s``: ``ignite_tf.data.blocks`` (adds
+    the plan's routes and the shuffle); ``batches_rows_s``: ``ignite_tf.data.batches`` (blocks cut into
+    NumPy batches); ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds
+    ``from_generator`` and ``rebatch``); ``dataset_build_s``: building that dataset with ``cache=``
+    (discovery each time).
     """
     import ignite_tf.data as itd
     from ignite_tf.reader import PartitionReader
@@ -245,15 +251,22 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
 
     for _ in range(repeat):
         started = time.perf_counter()
-        with PartitionReader(conn, STEPS_CACHE, batch_size=BATCH) as reader:
+        with PartitionReader(conn, STEPS_CACHE, batch_size=10_000) as reader:
             keep("reader_open_s", time.perf_counter() - started)
+            features = [c for c in reader.schema if c not in (reader.key_column, "label")]
+        with PartitionReader(conn, STEPS_CACHE, batch_size=10_000, stack=features) as reader:
             started = time.perf_counter()
             n = sum(len(b[reader.key_column]) for b in reader.batches(range(reader.partitions)))
             seconds = time.perf_counter() - started
             keep("reader_rows_s", n / seconds, max)
             keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
         started = time.perf_counter()
-        n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn))
+        n = sum(len(b["label"]) for b in itd.blocks(0, batch_size=BATCH, plan=plan, conn=conn, stack=features,
+                                                     columns=[*features, "label"], shuffle_buffer=10_000))
+        keep("blocks_rows_s", n / (time.perf_counter() - started), max)
+        started = time.perf_counter()
+        n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn,
+                                                      shuffle_buffer=10_000))
         keep("batches_rows_s", n / (time.perf_counter() - started), max)
         started = time.perf_counter()
         ds = itd.dataset(BATCH, 0, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
@@ -266,16 +279,17 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
 
 
 # -- orchestration -------------------------------------------------------------------------------------------
-def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
+def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.etl import load
     from ignite_tf.local_ignite import LocalIgniteCluster
 
-    result: dict = {"_load_before": os.getloadavg()[0]}
-    median, times, cpu = tf_import_s()
-    result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
-    say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s (runs: {', '.join(f'{t:.2f}' for t in times)})",
-        quiet)
+    result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds}
+    if startup:
+        median, times, cpu = tf_import_s()
+        result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
+        say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s "
+            f"(runs: {', '.join(f'{t:.2f}' for t in times)})", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
         cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
@@ -289,7 +303,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
-            for workers in WORKER_COUNTS:
+            for workers in WORKER_COUNTS if startup else ():
                 starts.append(first_step(conn, workers, tmp))
                 s = starts[-1]
                 say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
@@ -297,7 +311,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
             result["_starts"] = starts
             say(f"training in this process, batch {BATCH}, {steps} steps per run ...", quiet)
             result.update(step_rates(conn, frame, steps, node_pids=[n.pid for n in cluster.nodes], quiet=quiet,
-                                     profile=profile))
+                                     profile=profile, repeat=rounds))
             if profile:
                 result["_profile"] = profile_data_path(conn)
         finally:
@@ -311,44 +325,51 @@ def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
 def table(r: dict) -> str:
     lines = [
         f"Start-up benchmark: {os.cpu_count()} cores (1-min load average {r['_load_before']:.1f} before, "
-        f"{r['_load_after']:.1f} after), 2 local Ignite nodes, sync (MultiWorkerMirroredStrategy) workers on "
-        f"localhost, {STARTUP_ROWS:,}-row cache, batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps",
-        "",
-        "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
-        "|---:|---:|---:|---:|---:|",
+        f"{r['_load_after']:.1f} after), 2 local Ignite nodes",
     ]
-    for s in r["_starts"]:
-        up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
-        lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x | "
-                     f"{s['launched_s']:.2f} | {up} |")
+    if r["_starts"]:
+        lines += [
+            "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
+            f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
+            "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for s in r["_starts"]:
+            up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
+            lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x "
+                         f"| {s['launched_s']:.2f} | {up} |")
+        lines += [
+            "",
+            "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw "
+            "every task's TF server port answer.",
+            "",
+            f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
+            f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
+        ]
     lines += [
         "",
-        "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw every "
-        "task's TF server port answer.",
-        "",
-        f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
-        f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
-        "",
         f"Input path: tabular_classifier trained in one process, batch {BATCH}, {r['_steps']} steps per run, "
-        f"{r['_rows']:,} rows, best of 3 after a warm-up epoch",
+        f"{r['_rows']:,} rows, {r['_rounds']} interleaved rounds after a warm-up epoch",
         "",
-        "| fed from | steps/s (best) | runs | rows/s |",
-        "|---|---:|---:|---:|",
+        "| fed from | steps/s (best) | steps/s (median) | runs | rows/s (best) |",
+        "|---|---:|---:|---:|---:|",
     ]
     names = {"ignite": "Ignite: ignite_tf.data.dataset(stack=True)", "memory": "memory: from_tensor_slices().batch()",
              "numpy_generator": "memory through from_generator (profile)"}
     for key, runs in r["_rates"].items():
-        lines.append(f"| {names[key]} | {max(runs):.0f} | {', '.join(f'{v:.0f}' for v in runs)} | "
-                     f"{max(runs) * BATCH:,.0f} |")
-    lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} (target >= 0.9)"]
+        lines.append(f"| {names[key]} | {max(runs):.0f} | {statistics.median(runs):.0f} | "
+                     f"{', '.join(f'{v:.0f}' for v in runs)} | {max(runs) * BATCH:,.0f} |")
+    lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} best over best, "
+              f"{r['input_ratio_median']:.2f} median of the rounds' ratios (target >= 0.9)"]
     if "_profile" in r:
         p = r["_profile"]
         lines += [
             "", f"Ignite data path alone (no training), best of 3, {r['_rows']:,} rows in {p['partitions']} partitions "
             f"({r['_rows'] / p['partitions']:.0f} rows per partition):", "",
-            f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading {p['reader_rows_s']:,.0f} rows/s "
-            f"= {p['reader_ms_per_partition']:.3f} ms per partition scanned",
-            f"- ignite_tf.data.batches (shuffle, re-batch): {p['batches_rows_s']:,.0f} rows/s",
+            f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading (features stacked) "
+            f"{p['reader_rows_s']:,.0f} rows/s = {p['reader_ms_per_partition']:.3f} ms per partition scanned",
+            f"- ignite_tf.data.blocks (plan routes, shuffle): {p['blocks_rows_s']:,.0f} rows/s",
+            f"- ignite_tf.data.batches (columns, cut into NumPy batches): {p['batches_rows_s']:,.0f} rows/s",
             f"- ignite_tf.data.dataset(stack=True) iterated eagerly: {p['dataset_rows_s']:,.0f} rows/s "
             f"(building it with cache=: {p['dataset_build_s'] * 1e3:.0f} ms)",
             f"- the memory path trains at {r['steps_s_memory'] * BATCH:,.0f} rows/s",
@@ -369,17 +390,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=512_000,
                         help="rows of the cache the step rates read (default 512,000: 500 a partition)")
     parser.add_argument("--steps", type=int, help=f"steps per timed run (default rows // {BATCH})")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timed runs per path (default 3)")
+    parser.add_argument("--input-only", action="store_true",
+                        help="skip the TensorFlow import and first-step parts: only the input path")
     parser.add_argument("--profile", action="store_true", help="also time each layer of the Ignite data path")
     args = parser.parse_args(argv)
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
         parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(args.rows, steps, quiet=args.json, profile=args.profile)
+    result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
+                 startup=not args.input_only)
     if args.json:
-        print(json.dumps({k: result[k] for k in ("tf_import_s", "first_step_s", "steps_s_ignite",
-                                                  "steps_s_memory", "input_ratio")}))
+        keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
+        if not args.input_only:
+            keys = ("tf_import_s", "first_step_s", *keys)
+        print(json.dumps({k: result[k] for k in keys}))
     else:
         print(table(result))
     return 0

@@ -129,8 +129,13 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
             conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
-            page_size: int = 1024, include_key: bool = False, prefetch: bool = True, input_context=None):
+            page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
+            input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
+
+    Python reads the shard in blocks (see ``blocks``), one block ahead of the training step in a tf.data
+    thread; tf.data cuts them into batches of exactly ``batch_size`` rows (the last one of the epoch
+    shorter). Memory: about three blocks and one shuffle unit, however large the shard.
 
     :param batch_size: rows per element (per worker: the global batch is this times the workers).
     :param epoch: selects the plan's assignment (with reshuffle="epoch", a different slice every epoch).
@@ -139,6 +144,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     :param stack: features as one float32 matrix ``[batch, n_features]`` instead of a dict of columns.
     :param shuffle_buffer: rows shuffled together within the shard (0 = keep reading order); seeded by
         (seed, epoch, worker), so a restarted run sees the same order.
+    :param block_rows: rows per block handed from Python to tf.data (rounded to whole shuffle units).
     :param input_context: pass the ``tf.distribute.InputContext`` under ParameterServerStrategy.
     """
     import tensorflow as tf
@@ -157,7 +163,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
         for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
                             columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
-                            page_size=page_size, stack=decode_stack):
+                            page_size=page_size, stack=decode_stack, block_rows=block_rows):
             block = {k: _filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]
