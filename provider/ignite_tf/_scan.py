@@ -95,8 +95,8 @@ class NodeWire:
     def recv(self, request_id: int) -> bytearray:
         """The response to ``request_id`` (a whole packet, length prefix included)."""
         while request_id not in self._kept:
-            if request_id not in self._due:
-                raise KeyError(f"request {request_id} was not sent on {self.name}")
+            if request_id not in self._due:  # forgotten: the connection broke since it was sent
+                raise NodeFailed(f"{self.name}: the connection was lost", True)
             self._read()
         return self._kept.pop(request_id)
 

@@ -100,13 +100,15 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
 def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,
            cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
            shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024, block_rows: int = BLOCK_ROWS,
-           stack: list[str] | None = None, input_context=None) -> Iterator[dict[str, np.ndarray]]:
+           stack: list[str] | None = None, input_context=None, layout: tuple | None = None
+           ) -> Iterator[dict[str, np.ndarray]]:
     """This worker's rows for ``epoch`` in blocks of about ``block_rows`` rows: cut into ``batch_size`` pieces,
     they are ``batches(...)``. Fewer, larger pieces cost less Python per row; memory holds one block.
 
     With ``shuffle_buffer``, rows are permuted within units of ``max(batch_size, shuffle_buffer)`` rows and a
     block is a whole number of units (one, when a unit is larger than ``block_rows``). ``stack``: numeric
     columns decoded straight into one float32 matrix ``block[ignite_tf.reader.STACKED]`` (NULLs filled).
+    ``layout``: a ``PartitionReader.layout`` of the cache, so the reader need not ask the cluster for it.
     """
     from ignite_tf.reader import PartitionReader
 
@@ -117,7 +119,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     # The plan's routes spare the reader asking the cluster every epoch; a stale route costs a forwarded
     # (or failed-over) scan, never a row.
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
-                         primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack) as reader:
+                         primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
+                         layout=layout) as reader:
         stream = reader.batches(my.read_tasks())
         if not shuffle_buffer:
             yield from stream
@@ -151,7 +154,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
     plan = load_plan(plan, cache=cache, conn=conn)
     index = worker if worker is not None else worker_index(input_context)
-    names, label_name, dtypes = _columns(plan, conn, label, features, include_key)
+    names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key, with_layout=True)
     read_columns = names + ([label_name] if label_name else [])
 
     key = plan.partition_map.key_column
@@ -163,7 +166,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
         for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
                             columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
-                            page_size=page_size, stack=decode_stack, block_rows=block_rows):
+                            page_size=page_size, stack=decode_stack, block_rows=block_rows, layout=layout):
             block = {k: _filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]
@@ -201,11 +204,11 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     return conn
 
 
-def _columns(plan: ShardPlan, conn, label, features, include_key):
+def _columns(plan: ShardPlan, conn, label, features, include_key, with_layout: bool = False):
     from ignite_tf.reader import PartitionReader
 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
-        dtypes, key_column = dict(probe.schema), probe.key_column
+        dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
     label_name = label.lower() if label else None
     if label_name and label_name not in dtypes:
         raise ConfigError(f"label {label!r} is not a column of cache '{plan.partition_map.cache}' "
@@ -218,7 +221,7 @@ def _columns(plan: ShardPlan, conn, label, features, include_key):
                               f"(columns: {', '.join(dtypes)})")
     else:
         names = [n for n in dtypes if n != label_name and (include_key or n != key_column)]
-    return names, label_name, dtypes
+    return (names, label_name, dtypes, layout) if with_layout else (names, label_name, dtypes)
 
 
 def _tf_dtype(tf, dtype: np.dtype):

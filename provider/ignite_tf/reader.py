@@ -73,13 +73,15 @@ class PartitionReader:
     :param scans_ahead: scans of the next tasks sent before the current task is read (0: one at a time).
     :param stack: numeric columns (among those read) delivered as one float32 matrix ``batch[STACKED]`` of
         shape ``[rows, len(stack)]``, NULLs filled (NaN for floats, 0 for the rest), instead of separately.
+    :param layout: what another reader found about the cache (its ``layout``: partitions and columns), so
+        this one does not ask the cluster again (a dataset opens a reader per epoch).
     """
 
     def __init__(self, conn: IgniteConnectionConfig, cache: str, *, columns: list[str] | None = None,
                  batch_size: int = 1024, page_size: int = 1024,
                  primaries: dict[int, tuple[str, int]] | None = None,
                  backups: dict[int, list[tuple[str, int]]] | None = None, failover_timeout: float = 60.0,
-                 scans_ahead: int = 4, stack: list[str] | None = None):
+                 scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None):
         if batch_size < 1 or page_size < 1 or scans_ahead < 0:
             raise ConfigError(f"batch_size and page_size must be >= 1 and scans_ahead >= 0 (got {batch_size}, "
                               f"{page_size}, {scans_ahead})")
@@ -98,10 +100,13 @@ class PartitionReader:
             self._scans = NodeScans(self._conns, self.cache_id, page_size, self.stats)
             self._dead = self._scans.dead
             self._schemas: dict[tuple[int, int], list[int]] = {}
-            self.partitions, self._group_id = self._cache_info()
+            if layout is None:
+                layout = (*self._cache_info(), _layout.sql_layout(self._sql, cache) or self._layout_by_scan())
+            self.layout = layout
+            self.partitions, self._group_id, table = layout
             self._primary = self._route_primaries(primaries)
             self._backup_addresses, self._backups = backups, None
-            self.key_column, fields, value_type_id, key_type, self.skipped_columns = self._discover(columns)
+            self.key_column, fields, value_type_id, key_type, self.skipped_columns = self._discover(table, columns)
             self._decoder = wire.PageDecoder(self.key_column, key_type, fields, value_type_id, self._schema_fields,
                                              [c.lower() for c in stack or []])
             self._scans.decode = self._decoder.decode
@@ -157,10 +162,9 @@ class PartitionReader:
                 out.setdefault(int(part), []).append(by_uuid[node_id])
         return out
 
-    def _discover(self, columns):
+    def _discover(self, table, columns):
         """Key column, value fields, value type id, key type code and skipped columns of the cache."""
-        layout = _layout.sql_layout(self._sql, self.cache) or self._layout_by_scan()
-        key_name, key_type, value_type_id, available, type_names = layout
+        key_name, key_type, value_type_id, available, type_names = table
         wanted, skipped = _layout.select_columns(self.cache, key_name, available, type_names, columns)
         return key_name, wanted, value_type_id, key_type, skipped
 
