@@ -20,7 +20,10 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
 Both step rates are the best (and the median) of R ``fit`` calls of S steps (R = 3 by default), interleaved,
 after one untimed warm-up epoch per path; input_ratio is best over best, and its median is the median of the
 rounds' ratios. Each Ignite dataset is built before its timer starts (``fit`` times opening the reader and
-reading). ``--input-only`` skips the import and first-step parts.
+reading). A run's time ends with its last step (``on_train_end``), not when ``fit`` returns: deleting a
+tf.data iterator with autotuning on waits for the tuner's next tick (1.3, 2.6, 5.1 ... s after the epoch
+began; TF 2.21), which at random added up to 1.3 s to runs of either path; ``teardown_s`` reports it.
+``--input-only`` skips the import and first-step parts.
 The Ignite path pays a fixed cost per partition scanned (1024 partitions, every epoch) on top of a cost per
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
@@ -182,15 +185,18 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
         return tf.data.Dataset.from_generator(numpy_batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
 
     cpu: dict[str, list[tuple[float, float, float]]] = {}
+    teardown: dict[str, list[float]] = {}
+    end = _train_end_callback()
 
     def timed(make, epoch: int, name: str | None = None) -> float:
         ds = make(epoch)
         own, jvm = _own_cpu_s(), _cpu_s(node_pids)
         started = time.perf_counter()
-        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-        wall = time.perf_counter() - started
+        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[end])
+        wall = end.at - started
         if name:
             cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, _cpu_s(node_pids) - jvm))
+            teardown.setdefault(name, []).append(time.perf_counter() - end.at)
         return steps / wall
 
     paths = {"ignite": ignite_ds, "memory": memory_ds}
@@ -209,7 +215,20 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
     best_cpu = {name: min(runs) for name, runs in cpu.items()}
     ratios = [i / m for i, m in zip(rates["ignite"], rates["memory"], strict=True)]
     return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
-            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios)}
+            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios), "_teardown": teardown}
+
+
+def _train_end_callback():
+    """A Keras callback that notes when the last step of ``fit`` is done (``on_train_end``)."""
+    import tf_keras
+
+    class TrainEnd(tf_keras.callbacks.Callback):
+        at = 0.0
+
+        def on_train_end(self, logs=None):
+            self.at = time.perf_counter()
+
+    return TrainEnd()
 
 
 def _own_cpu_s() -> float:
@@ -360,7 +379,9 @@ def table(r: dict) -> str:
         lines.append(f"| {names[key]} | {max(runs):.0f} | {statistics.median(runs):.0f} | "
                      f"{', '.join(f'{v:.0f}' for v in runs)} | {max(runs) * BATCH:,.0f} |")
     lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} best over best, "
-              f"{r['input_ratio_median']:.2f} median of the rounds' ratios (target >= 0.9)"]
+              f"{r['input_ratio_median']:.2f} median of the rounds' ratios (target >= 0.9)", "",
+              "teardown_s (fit's return after its last step: TF deleting the iterator), per run: "
+              + "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in r["_teardown"].items())]
     if "_profile" in r:
         p = r["_profile"]
         lines += [

@@ -177,3 +177,19 @@ def test_dropped_iterator_closes_its_reader_and_leaves_no_thread(tabular, ignite
     assert sum(1 for _ in ds) == -(-tabular.plan.shard(0, 0).rows // 64)  # a full epoch closes it too
     assert _ignite_sockets(ports) == before
     assert threading.active_count() == threads
+
+
+def test_the_end_of_an_epoch_does_not_wait_for_tf_autotuning(tabular, ignite_conn):
+    """TF's tuning thread makes deleting an iterator wait for its next tick (1.28 s, 2.55 s ... after the
+    iterator began; about one time in three with autotuning on): the dataset turns autotuning off."""
+    ds = itd.dataset(16, 0, label="label", stack=True, plan=tabular.plan, conn=ignite_conn, worker=0,
+                     shuffle_buffer=0).repeat()
+    assert ds.options().autotune.enabled is False
+    for _ in range(3):
+        it = iter(ds)
+        started = time.monotonic()
+        while time.monotonic() - started < 1.4:  # past the 1.28 s tick, well before the next one
+            next(it)
+        deleting = time.monotonic()
+        del it
+        assert time.monotonic() - deleting < 0.5
