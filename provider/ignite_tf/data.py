@@ -44,6 +44,8 @@ ENV_CACHE = "IGNITE_TF_CACHE"
 BLOCK_ROWS = 16_384
 # Batches ready ahead of the training step: cut from a block already in memory, a few are enough.
 PREFETCH_BATCHES = 4
+# Blocks read ahead of the one being cut into batches.
+BLOCKS_AHEAD = 1
 
 
 def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None = None,
@@ -202,7 +204,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     options.autotune.enabled = False
     # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
     # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
-    ds = ds.with_options(options).prefetch(1).rebatch(batch_size)
+    ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size)
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
