@@ -23,6 +23,8 @@ rounds' ratios. Each Ignite dataset is built before its timer starts (``fit`` ti
 reading). A run's time ends with its last step (``on_train_end``), not when ``fit`` returns: deleting a
 tf.data iterator with autotuning on waits for the tuner's next tick (1.3, 2.6, 5.1 ... s after the epoch
 began; TF 2.21), which at random added up to 1.3 s to runs of either path; ``teardown_s`` reports it.
+Before the step rates the Ignite nodes are warmed by ``--jvm-warmup`` untimed reads of the cache (default
+25): a node in service runs its scan code JIT-compiled, a fresh one spends about 3x the CPU per row at first.
 ``--input-only`` skips the import and first-step parts.
 The Ignite path pays a fixed cost per partition scanned (1024 partitions, every epoch) on top of a cost per
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
@@ -51,12 +53,13 @@ for _k, _v in BENCH_ENV.items():
     os.environ.setdefault(_k, _v)
 
 BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))  # startup_input.py beside this file, however this script is started
+from startup_input import BATCH, STEPS_CACHE, profile_data_path, step_rates, warm_nodes  # noqa: E402
+
 STARTUP_CACHE = "startup_bench"
-STEPS_CACHE = "startup_steps_bench"
 STARTUP_ROWS = 6000
 STARTUP_BATCH = 64
 STARTUP_STEPS = 5
-BATCH = 256
 WORKER_COUNTS = (1, 2, 3)  # 2 cores: at most 3 TF workers
 FIRST_STEP_TIMEOUT_S = 300.0
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"  # read by bench/startup_model.py
@@ -152,153 +155,9 @@ def _reap(pid: int) -> None:
         time.sleep(0.05)
 
 
-# -- 3. steps/s: Ignite dataset vs in-memory ------------------------------------------------------------------
-def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3, quiet: bool = False,
-               profile: bool = False) -> dict:
-    """Best-of-``repeat`` steps/s of one model fed from Ignite and from memory, interleaved, same process.
-
-    With ``profile``, a third path feeds the same NumPy batches through ``from_generator`` (no Ignite): it
-    shows what the generator mechanism alone costs the training loop.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    import ignite_tf.data as itd
-    from ignite_tf.models import tabular_classifier
-
-    features = [c for c in frame.columns if c not in ("id", "label")]
-    x = frame[features].to_numpy(np.float32)
-    y = frame["label"].to_numpy(np.int32)
-    model = tabular_classifier(n_features=len(features))
-
-    def ignite_ds(epoch: int):
-        return itd.dataset(batch_size=BATCH, epoch=epoch, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
-
-    def memory_ds(_epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
-
-    def generator_ds(_epoch: int):
-        def numpy_batches():
-            for i in range(0, len(y), BATCH):
-                yield x[i:i + BATCH], y[i:i + BATCH]
-        signature = (tf.TensorSpec([None, len(features)], tf.float32), tf.TensorSpec([None], tf.int32))
-        return tf.data.Dataset.from_generator(numpy_batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
-
-    cpu: dict[str, list[tuple[float, float, float]]] = {}
-    teardown: dict[str, list[float]] = {}
-    end = _train_end_callback()
-
-    def timed(make, epoch: int, name: str | None = None) -> float:
-        ds = make(epoch)
-        own, jvm = _own_cpu_s(), _cpu_s(node_pids)
-        started = time.perf_counter()
-        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[end])
-        wall = end.at - started
-        if name:
-            cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, _cpu_s(node_pids) - jvm))
-            teardown.setdefault(name, []).append(time.perf_counter() - end.at)
-        return steps / wall
-
-    paths = {"ignite": ignite_ds, "memory": memory_ds}
-    if profile:
-        paths["numpy_generator"] = generator_ds
-    for make in paths.values():
-        timed(make, 0)  # warm-up: traces the train function, opens the first reader
-    rates: dict[str, list[float]] = {name: [] for name in paths}
-    for r in range(repeat):
-        order = list(paths) if r % 2 == 0 else list(paths)[::-1]
-        for name in order:
-            rates[name].append(timed(paths[name], r + 1, name))
-        say(f"  round {r + 1} (load {os.getloadavg()[0]:.1f}): "
-            + ", ".join(f"{n} {rates[n][-1]:.0f} steps/s" for n in paths), quiet)
-    # CPU of each path's fastest run: (wall s, this process's CPU-s, the Ignite nodes' CPU-s).
-    best_cpu = {name: min(runs) for name, runs in cpu.items()}
-    ratios = [i / m for i, m in zip(rates["ignite"], rates["memory"], strict=True)]
-    return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
-            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios), "_teardown": teardown}
-
-
-def _train_end_callback():
-    """A Keras callback that notes when the last step of ``fit`` is done (``on_train_end``)."""
-    import tf_keras
-
-    class TrainEnd(tf_keras.callbacks.Callback):
-        at = 0.0
-
-        def on_train_end(self, logs=None):
-            self.at = time.perf_counter()
-
-    return TrainEnd()
-
-
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of other processes (the Ignite JVMs), from /proc."""
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def profile_data_path(conn, repeat: int = 3) -> dict:
-    """The Ignite data path alone (no training), best of ``repeat``.
-
-    ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its batches of
-    every partition (features stacked as decoded, as the dataset reads them), open excluded, and
-    ``reader_ms_per_partition`` = that time / partitions; ``blocks_rows_s``: ``ignite_tf.data.blocks`` (adds
-    the plan's routes and the shuffle); ``batches_rows_s``: ``ignite_tf.data.batches`` (blocks cut into
-    NumPy batches); ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds
-    ``from_generator`` and ``rebatch``); ``dataset_build_s``: building that dataset with ``cache=``
-    (discovery each time).
-    """
-    import ignite_tf.data as itd
-    from ignite_tf.reader import PartitionReader
-
-    plan = itd.load_plan(cache=STEPS_CACHE, conn=conn)
-    best: dict[str, float] = {}
-
-    def keep(name: str, value: float, better=min) -> None:
-        best[name] = value if name not in best else better(best[name], value)
-
-    for _ in range(repeat):
-        started = time.perf_counter()
-        with PartitionReader(conn, STEPS_CACHE, batch_size=10_000) as reader:
-            keep("reader_open_s", time.perf_counter() - started)
-            features = [c for c in reader.schema if c not in (reader.key_column, "label")]
-        with PartitionReader(conn, STEPS_CACHE, batch_size=10_000, stack=features) as reader:
-            started = time.perf_counter()
-            n = sum(len(b[reader.key_column]) for b in reader.batches(range(reader.partitions)))
-            seconds = time.perf_counter() - started
-            keep("reader_rows_s", n / seconds, max)
-            keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
-        started = time.perf_counter()
-        n = sum(len(b["label"]) for b in itd.blocks(0, batch_size=BATCH, plan=plan, conn=conn, stack=features,
-                                                     columns=[*features, "label"], shuffle_buffer=10_000))
-        keep("blocks_rows_s", n / (time.perf_counter() - started), max)
-        started = time.perf_counter()
-        n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn,
-                                                      shuffle_buffer=10_000))
-        keep("batches_rows_s", n / (time.perf_counter() - started), max)
-        started = time.perf_counter()
-        ds = itd.dataset(BATCH, 0, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
-        keep("dataset_build_s", time.perf_counter() - started)
-        started = time.perf_counter()
-        n = sum(int(y.shape[0]) for _x, y in ds)
-        keep("dataset_rows_s", n / (time.perf_counter() - started), max)
-    best["partitions"] = plan.partition_map.partitions
-    return best
-
-
 # -- orchestration -------------------------------------------------------------------------------------------
-def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True) -> dict:
+def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
+        jvm_warmup: int = 25) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.etl import load
     from ignite_tf.local_ignite import LocalIgniteCluster
@@ -328,6 +187,11 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                 say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
                     f"after {s['launched_s']:.2f}s, all tasks listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
+            if jvm_warmup:
+                spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes])
+                result["_jvm_warmup"] = spent
+                say(f"warmed the Ignite nodes: {jvm_warmup} reads of {STEPS_CACHE}, nodes' CPU-s per read "
+                    f"{spent[0]:.2f} first, {spent[-1]:.2f} last", quiet)
             say(f"training in this process, batch {BATCH}, {steps} steps per run ...", quiet)
             result.update(step_rates(conn, frame, steps, node_pids=[n.pid for n in cluster.nodes], quiet=quiet,
                                      profile=profile, repeat=rounds))
@@ -365,10 +229,13 @@ def table(r: dict) -> str:
             f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
             f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
         ]
+    warm = r.get("_jvm_warmup")
     lines += [
         "",
         f"Input path: tabular_classifier trained in one process, batch {BATCH}, {r['_steps']} steps per run, "
-        f"{r['_rows']:,} rows, {r['_rounds']} interleaved rounds after a warm-up epoch",
+        f"{r['_rows']:,} rows, {r['_rounds']} interleaved rounds after a warm-up epoch"
+        + (f"; the Ignite nodes warmed first by {len(warm)} untimed reads of the cache (nodes' CPU-s per read: "
+           f"{warm[0]:.2f} first, {warm[-1]:.2f} last)" if warm else "; Ignite nodes not warmed"),
         "",
         "| fed from | steps/s (best) | steps/s (median) | runs | rows/s (best) |",
         "|---|---:|---:|---:|---:|",
@@ -415,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-only", action="store_true",
                         help="skip the TensorFlow import and first-step parts: only the input path")
     parser.add_argument("--profile", action="store_true", help="also time each layer of the Ignite data path")
+    parser.add_argument("--jvm-warmup", type=int, default=25, metavar="N",
+                        help="untimed reads of the cache before the step rates, so the Ignite JVMs are "
+                             "past JIT compilation as in service (default 25; 0: none)")
     args = parser.parse_args(argv)
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
@@ -424,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
-                 startup=not args.input_only)
+                 startup=not args.input_only, jvm_warmup=args.jvm_warmup)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
