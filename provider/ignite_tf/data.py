@@ -199,8 +199,8 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     # The plan already sharded the data: TF must not shard it again (it would drop rows).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     # Nothing here needs tuning, and TF's tuning thread makes deleting an iterator (the end of every fit
-    # over this dataset) wait for its next tick, at 1.3, 2.6, 5.1 ... s after the epoch began (up to a
-    # minute): measured with TF 2.21, about one epoch in three.
+    # over this dataset) wait for its next tick, at 1.3, 2.6, 5.1, 10.2, 20.5 ... s after the epoch began:
+    # measured with TF 2.21, about one epoch in three (8.5 s lost after a 12 s epoch).
     options.autotune.enabled = False
     # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
     # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
