@@ -1,6 +1,6 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
-    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--profile]
+    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -17,8 +17,15 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   ``tf.data.Dataset.from_tensor_slices(...).batch(256)``;
   input_ratio     steps_s_ignite / steps_s_memory (target >= 0.9: training is not input-bound).
 
-Both step rates are best of 3 ``fit`` calls of S steps, interleaved, after one untimed warm-up epoch per
-path; each Ignite dataset is built before its timer starts (``fit`` times opening the reader and reading).
+Both step rates are the best (and the median) of R ``fit`` calls of S steps (R = 3 by default), interleaved,
+after one untimed warm-up epoch per path; input_ratio is best over best, and its median is the median of the
+rounds' ratios. Each Ignite dataset is built before its timer starts (``fit`` times opening the reader and
+reading). A run's time ends with its last step (``on_train_end``), not when ``fit`` returns: deleting a
+tf.data iterator with autotuning on waits for the tuner's next tick (1.3, 2.6, 5.1 ... s after the epoch
+began; TF 2.21), which at random added up to 1.3 s to runs of either path; ``teardown_s`` reports it.
+Before the step rates the Ignite nodes are warmed by ``--jvm-warmup`` untimed reads of the cache (default
+25): a node in service runs its scan code JIT-compiled, a fresh one spends about 3x the CPU per row at first.
+``--input-only`` skips the import and first-step parts.
 The Ignite path pays a fixed cost per partition scanned (1024 partitions, every epoch) on top of a cost per
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
@@ -46,12 +53,13 @@ for _k, _v in BENCH_ENV.items():
     os.environ.setdefault(_k, _v)
 
 BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))  # startup_input.py beside this file, however this script is started
+from startup_input import BATCH, STEPS_CACHE, profile_data_path, step_rates, warm_nodes  # noqa: E402
+
 STARTUP_CACHE = "startup_bench"
-STEPS_CACHE = "startup_steps_bench"
 STARTUP_ROWS = 6000
 STARTUP_BATCH = 64
 STARTUP_STEPS = 5
-BATCH = 256
 WORKER_COUNTS = (1, 2, 3)  # 2 cores: at most 3 TF workers
 FIRST_STEP_TIMEOUT_S = 300.0
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"  # read by bench/startup_model.py
@@ -147,135 +155,19 @@ def _reap(pid: int) -> None:
         time.sleep(0.05)
 
 
-# -- 3. steps/s: Ignite dataset vs in-memory ------------------------------------------------------------------
-def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3, quiet: bool = False,
-               profile: bool = False) -> dict:
-    """Best-of-``repeat`` steps/s of one model fed from Ignite and from memory, interleaved, same process.
-
-    With ``profile``, a third path feeds the same NumPy batches through ``from_generator`` (no Ignite): it
-    shows what the generator mechanism alone costs the training loop.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    import ignite_tf.data as itd
-    from ignite_tf.models import tabular_classifier
-
-    features = [c for c in frame.columns if c not in ("id", "label")]
-    x = frame[features].to_numpy(np.float32)
-    y = frame["label"].to_numpy(np.int32)
-    model = tabular_classifier(n_features=len(features))
-
-    def ignite_ds(epoch: int):
-        return itd.dataset(batch_size=BATCH, epoch=epoch, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
-
-    def memory_ds(_epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
-
-    def generator_ds(_epoch: int):
-        def numpy_batches():
-            for i in range(0, len(y), BATCH):
-                yield x[i:i + BATCH], y[i:i + BATCH]
-        signature = (tf.TensorSpec([None, len(features)], tf.float32), tf.TensorSpec([None], tf.int32))
-        return tf.data.Dataset.from_generator(numpy_batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
-
-    cpu: dict[str, list[tuple[float, float, float]]] = {}
-
-    def timed(make, epoch: int, name: str | None = None) -> float:
-        ds = make(epoch)
-        own, jvm = _own_cpu_s(), _cpu_s(node_pids)
-        started = time.perf_counter()
-        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-        wall = time.perf_counter() - started
-        if name:
-            cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, _cpu_s(node_pids) - jvm))
-        return steps / wall
-
-    paths = {"ignite": ignite_ds, "memory": memory_ds}
-    if profile:
-        paths["numpy_generator"] = generator_ds
-    for make in paths.values():
-        timed(make, 0)  # warm-up: traces the train function, opens the first reader
-    rates: dict[str, list[float]] = {name: [] for name in paths}
-    for r in range(repeat):
-        order = list(paths) if r % 2 == 0 else list(paths)[::-1]
-        for name in order:
-            rates[name].append(timed(paths[name], r + 1, name))
-        say(f"  round {r + 1}: " + ", ".join(f"{n} {rates[n][-1]:.0f} steps/s" for n in paths), quiet)
-    # CPU of each path's fastest run: (wall s, this process's CPU-s, the Ignite nodes' CPU-s).
-    best_cpu = {name: min(runs) for name, runs in cpu.items()}
-    return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
-            "_cpu": best_cpu}
-
-
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of other processes (the Ignite JVMs), from /proc."""
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def profile_data_path(conn, repeat: int = 3) -> dict:
-    """The Ignite data path alone (no training), best of ``repeat``.
-
-    ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its NumPy batches
-    of every partition, open excluded, and ``reader_ms_per_partition`` = that time / partitions;
-    ``batches_rows_s``: ``ignite_tf.data.batches`` (adds the block shuffle and re-batching);
-    ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds stacking and
-    ``from_generator``); ``dataset_build_s``: building that dataset with ``cache=`` (discovery each time).
-    """
-    import ignite_tf.data as itd
-    from ignite_tf.reader import PartitionReader
-
-    plan = itd.load_plan(cache=STEPS_CACHE, conn=conn)
-    best: dict[str, float] = {}
-
-    def keep(name: str, value: float, better=min) -> None:
-        best[name] = value if name not in best else better(best[name], value)
-
-    for _ in range(repeat):
-        started = time.perf_counter()
-        with PartitionReader(conn, STEPS_CACHE, batch_size=BATCH) as reader:
-            keep("reader_open_s", time.perf_counter() - started)
-            started = time.perf_counter()
-            n = sum(len(b[reader.key_column]) for b in reader.batches(range(reader.partitions)))
-            seconds = time.perf_counter() - started
-            keep("reader_rows_s", n / seconds, max)
-            keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
-        started = time.perf_counter()
-        n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn))
-        keep("batches_rows_s", n / (time.perf_counter() - started), max)
-        started = time.perf_counter()
-        ds = itd.dataset(BATCH, 0, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
-        keep("dataset_build_s", time.perf_counter() - started)
-        started = time.perf_counter()
-        n = sum(int(y.shape[0]) for _x, y in ds)
-        keep("dataset_rows_s", n / (time.perf_counter() - started), max)
-    best["partitions"] = plan.partition_map.partitions
-    return best
-
-
 # -- orchestration -------------------------------------------------------------------------------------------
-def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
+def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
+        jvm_warmup: int = 25) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.etl import load
     from ignite_tf.local_ignite import LocalIgniteCluster
 
-    result: dict = {"_load_before": os.getloadavg()[0]}
-    median, times, cpu = tf_import_s()
-    result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
-    say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s (runs: {', '.join(f'{t:.2f}' for t in times)})",
-        quiet)
+    result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds}
+    if startup:
+        median, times, cpu = tf_import_s()
+        result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
+        say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s "
+            f"(runs: {', '.join(f'{t:.2f}' for t in times)})", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
         cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
@@ -289,15 +181,20 @@ def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
-            for workers in WORKER_COUNTS:
+            for workers in WORKER_COUNTS if startup else ():
                 starts.append(first_step(conn, workers, tmp))
                 s = starts[-1]
                 say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
                     f"after {s['launched_s']:.2f}s, all tasks listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
+            if jvm_warmup:
+                spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes])
+                result["_jvm_warmup"] = spent
+                say(f"warmed the Ignite nodes: {jvm_warmup} reads of {STEPS_CACHE}, nodes' CPU-s per read "
+                    f"{spent[0]:.2f} first, {spent[-1]:.2f} last", quiet)
             say(f"training in this process, batch {BATCH}, {steps} steps per run ...", quiet)
             result.update(step_rates(conn, frame, steps, node_pids=[n.pid for n in cluster.nodes], quiet=quiet,
-                                     profile=profile))
+                                     profile=profile, repeat=rounds))
             if profile:
                 result["_profile"] = profile_data_path(conn)
         finally:
@@ -311,44 +208,56 @@ def run(rows: int, steps: int, quiet: bool, profile: bool) -> dict:
 def table(r: dict) -> str:
     lines = [
         f"Start-up benchmark: {os.cpu_count()} cores (1-min load average {r['_load_before']:.1f} before, "
-        f"{r['_load_after']:.1f} after), 2 local Ignite nodes, sync (MultiWorkerMirroredStrategy) workers on "
-        f"localhost, {STARTUP_ROWS:,}-row cache, batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps",
-        "",
-        "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
-        "|---:|---:|---:|---:|---:|",
+        f"{r['_load_after']:.1f} after), 2 local Ignite nodes",
     ]
-    for s in r["_starts"]:
-        up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
-        lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x | "
-                     f"{s['launched_s']:.2f} | {up} |")
+    if r["_starts"]:
+        lines += [
+            "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
+            f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
+            "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for s in r["_starts"]:
+            up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
+            lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x "
+                         f"| {s['launched_s']:.2f} | {up} |")
+        lines += [
+            "",
+            "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw "
+            "every task's TF server port answer.",
+            "",
+            f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
+            f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
+        ]
+    warm = r.get("_jvm_warmup")
     lines += [
         "",
-        "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw every "
-        "task's TF server port answer.",
-        "",
-        f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
-        f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
-        "",
         f"Input path: tabular_classifier trained in one process, batch {BATCH}, {r['_steps']} steps per run, "
-        f"{r['_rows']:,} rows, best of 3 after a warm-up epoch",
+        f"{r['_rows']:,} rows, {r['_rounds']} interleaved rounds after a warm-up epoch"
+        + (f"; the Ignite nodes warmed first by {len(warm)} untimed reads of the cache (nodes' CPU-s per read: "
+           f"{warm[0]:.2f} first, {warm[-1]:.2f} last)" if warm else "; Ignite nodes not warmed"),
         "",
-        "| fed from | steps/s (best) | runs | rows/s |",
-        "|---|---:|---:|---:|",
+        "| fed from | steps/s (best) | steps/s (median) | runs | rows/s (best) |",
+        "|---|---:|---:|---:|---:|",
     ]
     names = {"ignite": "Ignite: ignite_tf.data.dataset(stack=True)", "memory": "memory: from_tensor_slices().batch()",
              "numpy_generator": "memory through from_generator (profile)"}
     for key, runs in r["_rates"].items():
-        lines.append(f"| {names[key]} | {max(runs):.0f} | {', '.join(f'{v:.0f}' for v in runs)} | "
-                     f"{max(runs) * BATCH:,.0f} |")
-    lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} (target >= 0.9)"]
+        lines.append(f"| {names[key]} | {max(runs):.0f} | {statistics.median(runs):.0f} | "
+                     f"{', '.join(f'{v:.0f}' for v in runs)} | {max(runs) * BATCH:,.0f} |")
+    lines += ["", f"input_ratio = steps_s_ignite / steps_s_memory = {r['input_ratio']:.2f} best over best, "
+              f"{r['input_ratio_median']:.2f} median of the rounds' ratios (target >= 0.9)", "",
+              "teardown_s (fit's return after its last step: TF deleting the iterator), per run: "
+              + "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in r["_teardown"].items())]
     if "_profile" in r:
         p = r["_profile"]
         lines += [
             "", f"Ignite data path alone (no training), best of 3, {r['_rows']:,} rows in {p['partitions']} partitions "
             f"({r['_rows'] / p['partitions']:.0f} rows per partition):", "",
-            f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading {p['reader_rows_s']:,.0f} rows/s "
-            f"= {p['reader_ms_per_partition']:.3f} ms per partition scanned",
-            f"- ignite_tf.data.batches (shuffle, re-batch): {p['batches_rows_s']:,.0f} rows/s",
+            f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading (features stacked) "
+            f"{p['reader_rows_s']:,.0f} rows/s = {p['reader_ms_per_partition']:.3f} ms per partition scanned",
+            f"- ignite_tf.data.blocks (plan routes, shuffle): {p['blocks_rows_s']:,.0f} rows/s",
+            f"- ignite_tf.data.batches (columns, cut into NumPy batches): {p['batches_rows_s']:,.0f} rows/s",
             f"- ignite_tf.data.dataset(stack=True) iterated eagerly: {p['dataset_rows_s']:,.0f} rows/s "
             f"(building it with cache=: {p['dataset_build_s'] * 1e3:.0f} ms)",
             f"- the memory path trains at {r['steps_s_memory'] * BATCH:,.0f} rows/s",
@@ -369,17 +278,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=512_000,
                         help="rows of the cache the step rates read (default 512,000: 500 a partition)")
     parser.add_argument("--steps", type=int, help=f"steps per timed run (default rows // {BATCH})")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timed runs per path (default 3)")
+    parser.add_argument("--input-only", action="store_true",
+                        help="skip the TensorFlow import and first-step parts: only the input path")
     parser.add_argument("--profile", action="store_true", help="also time each layer of the Ignite data path")
+    parser.add_argument("--jvm-warmup", type=int, default=25, metavar="N",
+                        help="untimed reads of the cache before the step rates, so the Ignite JVMs are "
+                             "past JIT compilation as in service (default 25; 0: none)")
     args = parser.parse_args(argv)
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
         parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(args.rows, steps, quiet=args.json, profile=args.profile)
+    result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
+                 startup=not args.input_only, jvm_warmup=args.jvm_warmup)
     if args.json:
-        print(json.dumps({k: result[k] for k in ("tf_import_s", "first_step_s", "steps_s_ignite",
-                                                  "steps_s_memory", "input_ratio")}))
+        keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
+        if not args.input_only:
+            keys = ("tf_import_s", "first_step_s", *keys)
+        print(json.dumps({k: result[k] for k in keys}))
     else:
         print(table(result))
     return 0

@@ -1,4 +1,4 @@
-"""Ignite thin-client wire format for the reader: scan requests, and scan pages -> NumPy columns.
+"""Ignite binary format for the reader: the rows of scan pages -> NumPy columns.
 
 A scan page (``OP_QUERY_SCAN`` / ``OP_QUERY_SCAN_CURSOR_GET_PAGE`` response) is a row count, then for each
 row the key and the value as Ignite binary data, then a ``more`` byte. Keys are typed primitives
@@ -20,8 +20,10 @@ Two decoders:
 * general: a short Python loop finds where each row starts (rows differ in length), then every column is
   gathered for all rows at once with NumPy fancy indexing; only strings are decoded row by row.
 
-Which columns a cache has (names, field ids, type codes) comes from its SQL table, or for a plain cache
-from the binary type registry: ``sql_layout``, ``registry_layout`` and ``select_columns``.
+Numeric columns asked to be ``stack``-ed come as one float32 matrix (the model's input) instead of separate
+columns; in a fast page whose stacked fields share a type and are evenly spaced that is one strided copy.
+
+Which columns a cache has comes from :mod:`ignite_tf._layout`; requests and responses from :mod:`ignite_tf._scan`.
 """
 
 from __future__ import annotations
@@ -31,11 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pyignite.utils import entity_id
 
 from ignite_tf.errors import ConfigError, IgniteTFError
 
-OP_RESOURCE_CLOSE, OP_QUERY_SCAN, OP_QUERY_SCAN_CURSOR_GET_PAGE = 0, 2000, 2001
 TC_STRING = 9
 TC_WRAPPED = 27
 TC_NULL = 101
@@ -50,18 +50,15 @@ SUPPORTED = {*FIXED, TC_STRING}
 INT_KEYS = (1, 2, 3, 4)
 TYPE_NAMES = {1: "byte", 2: "short", 3: "int", 4: "long", 5: "float", 6: "double", 7: "char", 8: "bool",
               9: "string", 11: "date", 10: "uuid", 30: "decimal", 33: "timestamp", 36: "time", TC_OBJECT: "object"}
-# SYS.TABLE_COLUMNS.TYPE (a Java class name) -> type code.
-JAVA_TYPES = {"java.lang.Byte": 1, "java.lang.Short": 2, "java.lang.Integer": 3, "java.lang.Long": 4,
-              "java.lang.Float": 5, "java.lang.Double": 6, "java.lang.Character": 7, "java.lang.Boolean": 8,
-              "java.lang.String": 9}
 
 # BinaryObject header flags.
 HAS_SCHEMA, HAS_RAW, OFFSET_1, OFFSET_2, COMPACT = 0x02, 0x04, 0x08, 0x10, 0x20
 _I32 = struct.Struct("<i")
-_SCAN = struct.Struct("<iHqibBiiB")  # len, op, query id, cache id, flags, filter (null), page size, partition, local
-_BY_ID = struct.Struct("<iHqq")  # len, op, query id, cursor / resource id
 # Header bytes that must be equal in every row of a fast page: all but the hash code (bytes 8..11).
 _HEADER_STRUCT = (0, 1, 2, 3, 4, 5, 6, 7, *range(12, 24))
+
+
+STACKED = "[stacked]"  # the batch entry of the stacked matrix: no column can have this name
 
 
 class DecodeError(IgniteTFError):
@@ -111,13 +108,21 @@ class PageDecoder:
         ``fields`` holds that one column.
     :param value_type_id: type id of the BinaryObject values, None for primitive values.
     :param schema_fields: ``(type_id, schema_id) -> [field ids]``, for compact footers (looked up once per schema).
+    :param stack: names of numeric fields decoded into one float32 matrix ``STACKED`` of shape
+        ``[rows, len(stack)]`` (NULLs filled, no masks) instead of separate columns.
     """
 
     def __init__(self, key_name: str, key_type: int, fields: list[Field], value_type_id: int | None,
-                 schema_fields: Callable[[int, int], list[int]]):
+                 schema_fields: Callable[[int, int], list[int]], stack: list[str] | None = None):
         if key_type not in INT_KEYS:
             raise ConfigError(f"key type {TYPE_NAMES.get(key_type, key_type)} is not supported by the partition "
                               f"reader: keys must be integers (byte/short/int/long)")
+        by_name = {f.name: f for f in fields}
+        bad = [n for n in stack or [] if n not in by_name or by_name[n].type_code not in FIXED]
+        if bad:
+            raise ConfigError(f"column(s) {bad} cannot be stacked into a float32 matrix: stack numeric columns "
+                              f"that are read (read: {', '.join(by_name)})")
+        self.stack = list(stack or [])
         self.key_name, self.key_type, self.fields = key_name, key_type, fields
         self.value_type_id = value_type_id
         self._schema_fields = schema_fields
@@ -130,7 +135,7 @@ class PageDecoder:
     def decode(self, buf: bytearray, start: int, end: int, count: int):
         """Rows ``count`` in ``buf[start:end]`` -> (columns, null masks). Null masks only for columns with nulls."""
         if count == 0:
-            return self._empty(), {}
+            return self.empty(), {}
         arr = np.frombuffer(buf, np.uint8, end - start, start)
         kpos, vpos, row_end = self._bounds(buf, start, 1)
         row_len = row_end - start
@@ -145,10 +150,25 @@ class PageDecoder:
         self.slow_pages += 1
         return self._decode_general(arr, kpos - start, vpos - start)
 
-    def _empty(self):
+    def empty(self) -> dict[str, np.ndarray]:
+        """Columns of no rows."""
         cols = {self.key_name: np.empty(0, np.int64)}
-        cols.update({f.name: np.empty(0, f.dtype) for f in self.fields})
+        cols.update({f.name: np.empty(0, f.dtype) for f in self.fields if f.name not in self.stack})
+        if self.stack:
+            cols[STACKED] = np.empty((0, len(self.stack)), np.float32)
         return cols
+
+    def _stacked(self, cols: dict, masks: dict) -> tuple[dict, dict]:
+        """Move the ``stack`` columns (their data already NULL-filled) into the float32 matrix."""
+        if not self.stack:
+            return cols, masks
+        n = len(cols[self.key_name])
+        matrix = np.empty((n, len(self.stack)), np.float32)
+        for j, name in enumerate(self.stack):
+            matrix[:, j] = cols.pop(name)
+            masks.pop(name, None)
+        cols[STACKED] = matrix
+        return cols, masks
 
     # -- row boundaries (the one per-row Python loop) -----------------------------------------------------
     def _bounds(self, buf, pos: int, count: int):
@@ -254,18 +274,24 @@ class PageDecoder:
             if plan is None or not (rows[:, plan[0]] == plan[1]).all():
                 return None
             self._plans[(row_len, vpos0)] = plan
-        _, _, fixed, nulls = plan
+        _, _, fixed, nulls, run = plan
         cols = {self.key_name: _strided(rows, kpos0, FIXED[self.key_type]).astype(np.int64, copy=False)}
+        if run is not None:  # the stacked columns, evenly spaced in every row: one strided copy for all
+            offset, step, dtype = run
+            view = np.ndarray((count, len(self.stack)), dtype, buffer=arr, offset=offset, strides=(row_len, step))
+            cols[STACKED] = view.astype(np.float32)
         for f, p in fixed:
-            cols[f.name] = _strided(rows, p + 1, f.dtype)
+            if run is None or f.name not in self.stack:
+                cols[f.name] = _strided(rows, p + 1, f.dtype)
         masks = {}
         for f in nulls:
             cols[f.name] = np.full(count, null_fill(f.dtype), f.dtype)
             masks[f.name] = np.ones(count, bool)
-        return cols, masks
+        return (cols, masks) if run is not None else self._stacked(cols, masks)
 
     def _fast_plan(self, row, row_len, kpos0, vpos0):
-        """(structure byte positions, their values in ``row``, [(fixed field, position)], [null fields])."""
+        """(structure byte positions, their values in ``row``, [(fixed field, position)], [null fields],
+        (offset, step, dtype) of the stacked fields when they have one type and are evenly spaced, else None)."""
         fpos, structure = self._field_positions(row, np.array([vpos0]))
         fixed, nulls = [], []
         for f in self.fields:
@@ -284,7 +310,18 @@ class PageDecoder:
             wrap = kpos0 + self._key_size  # wrapper: its type code, length and trailing start offset
             structure += [wrap, wrap + 1, wrap + 2, wrap + 3, wrap + 4, *range(row_len - 4, row_len)]
         idx = np.unique(np.asarray(structure, np.int64))
-        return idx, row[idx].copy(), fixed, nulls
+        return idx, row[idx].copy(), fixed, nulls, self._run(dict((f.name, (f, p)) for f, p in fixed))
+
+    def _run(self, fixed: dict[str, tuple[Field, int]]):
+        if not self.stack or any(n not in fixed for n in self.stack):
+            return None
+        where = [fixed[n][1] + 1 for n in self.stack]
+        dtypes = {fixed[n][0].dtype for n in self.stack}
+        dtype = dtypes.pop()
+        step = where[1] - where[0] if len(where) > 1 else dtype.itemsize
+        if dtypes or step < dtype.itemsize or where != [where[0] + step * j for j in range(len(where))]:
+            return None
+        return where[0], step, dtype
 
     def _decode_general(self, arr, kpos, vpos):
         n = len(kpos)
@@ -314,108 +351,9 @@ class PageDecoder:
             cols[f.name] = out
             if null.any():
                 masks[f.name] = null
-        return cols, masks
+        return self._stacked(cols, masks)
 
 
 def _strided(rows: np.ndarray, offset: int, dtype: np.dtype) -> np.ndarray:
     """Column at byte ``offset`` of every row of the ``n x row_len`` matrix ``rows``, as a contiguous array."""
     return rows[:, offset:offset + dtype.itemsize].copy().view(dtype).reshape(-1)
-
-
-# -- requests and responses --------------------------------------------------------------------------------
-def scan_request(query_id: int, cache_id: int, page_size: int, partition: int) -> bytes:
-    """``OP_QUERY_SCAN`` without filter. Not ``local``: a node that lost the primary forwards the query."""
-    return _SCAN.pack(_SCAN.size - 4, OP_QUERY_SCAN, query_id, cache_id, 0, TC_NULL, page_size, partition, 0)
-
-
-def by_id_request(op: int, query_id: int, resource_id: int) -> bytes:
-    """``OP_QUERY_SCAN_CURSOR_GET_PAGE`` or ``OP_RESOURCE_CLOSE`` of a cursor."""
-    return _BY_ID.pack(_BY_ID.size - 4, op, query_id, resource_id)
-
-
-def parse_response(buf: bytearray, status_flags: bool) -> tuple[int, int, str | None]:
-    """(start of the body, end of the packet, the server's error message or None).
-
-    pyignite's receive buffer may be longer than the packet: the packet's own length says where it ends.
-    """
-    end = _I32.unpack_from(buf, 0)[0] + 4
-    if status_flags:
-        flags, pos = struct.unpack_from("<h", buf, 12)[0], 14
-        pos += 12 if flags & 2 else 0  # topology changed: the new affinity version follows
-        if not flags & 1:
-            return pos, end, None
-        pos += 4  # status code
-    else:
-        if _I32.unpack_from(buf, 12)[0] == 0:
-            return 16, end, None
-        pos = 16
-    if buf[pos] != TC_STRING:
-        return pos, end, "(no message)"
-    return pos, end, bytes(buf[pos + 5:pos + 5 + _I32.unpack_from(buf, pos + 1)[0]]).decode("utf-8", "replace")
-
-
-def first_row_types(buf: bytearray, pos: int) -> tuple[int, int, int | None]:
-    """Key type code, value type code and value binary type id (None: primitive) of the row at ``pos``."""
-    key_type = buf[pos]
-    if key_type not in FIXED:
-        raise ConfigError(f"keys of type {TYPE_NAMES.get(key_type, key_type)} are not supported by the "
-                          f"partition reader: keys must be integers")
-    pos += 1 + FIXED[key_type].itemsize
-    if buf[pos] == TC_WRAPPED:
-        n = _I32.unpack_from(buf, pos + 1)[0]
-        pos += 5 + _I32.unpack_from(buf, pos + 5 + n)[0]
-    if buf[pos] != TC_OBJECT:
-        return key_type, buf[pos], None
-    return key_type, TC_OBJECT, _I32.unpack_from(buf, pos + 4)[0]
-
-
-# -- which columns a cache has -------------------------------------------------------------------------------
-def sql_layout(sql: Callable, cache: str):
-    """(key name, key type, value type id, {column: Field}, {column: Java type}) of the SQL table over
-    ``cache``, columns in table order; None when the cache has no SQL table.
-
-    :param sql: ``sql(query, args, names=False) -> rows`` (with ``names`` the first row is the column names).
-    """
-    tables = sql("SELECT SCHEMA_NAME, TABLE_NAME, KEY_ALIAS, KEY_TYPE_NAME, VALUE_TYPE_NAME FROM SYS.TABLES "
-                 "WHERE CACHE_NAME = ?", [cache])
-    if not tables:
-        return None
-    schema, table, key_alias, key_java, value_java = tables[0]
-    types = dict(sql("SELECT COLUMN_NAME, TYPE FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? AND TABLE_NAME = ?",
-                     [schema, table]))
-    order = sql(f'SELECT * FROM "{schema}"."{table}" LIMIT 0', None, names=True)[0]
-    if key_java not in JAVA_TYPES or JAVA_TYPES[key_java] not in INT_KEYS:
-        raise ConfigError(f"table {table} of cache {cache!r} has a key of type {key_java}: the partition reader "
-                          f"needs a single integer primary key column")
-    names = [c for c in order if c not in (key_alias, "_KEY", "_VAL")]
-    value_type_id = None if value_java in JAVA_TYPES else entity_id(value_java)
-    fields = {c.lower(): Field(c.lower(), entity_id(c) if value_type_id else 0, JAVA_TYPES.get(types.get(c), -1))
-              for c in names}
-    return ((key_alias or "_key").lower(), JAVA_TYPES[key_java], value_type_id, fields,
-            {c.lower(): types.get(c) for c in names})
-
-
-def registry_layout(meta: dict) -> dict[str, Field]:
-    """Columns of a binary type from the registry (``OP_GET_BINARY_TYPE``), in the order of its first schema."""
-    schemas = meta.get("schema") or {}
-    order = {fid: i for i, fid in enumerate(next(iter(schemas.values()), []))}
-    fields = sorted(meta.get("binary_fields", []), key=lambda f: order.get(f["field_id"], len(order)))
-    return {f["field_name"].lower(): Field(f["field_name"].lower(), f["field_id"], f["type_id"]) for f in fields}
-
-
-def select_columns(cache: str, key_name: str, available: dict[str, Field], type_names: dict[str, str | None],
-                   columns: list[str] | None) -> tuple[list[Field], list[str]]:
-    """The wanted value fields (all decodable ones by default) and the names of undecodable ones left out."""
-    skipped = [f.name for f in available.values() if f.type_code not in SUPPORTED]
-    if columns is None:
-        return [f for f in available.values() if f.type_code in SUPPORTED], skipped
-    missing = [c for c in columns if c.lower() not in available and c.lower() != key_name]
-    if missing:
-        raise ConfigError(f"cache {cache!r} has no column(s) {missing} (columns: {[key_name, *available]})")
-    wanted = [available[c.lower()] for c in dict.fromkeys(columns) if c.lower() != key_name]
-    bad = [f"{f.name} ({type_names.get(f.name) or TYPE_NAMES.get(f.type_code, f.type_code)})"
-           for f in wanted if f.type_code not in SUPPORTED]
-    if bad:
-        raise ConfigError(f"the partition reader cannot decode column(s) {bad} of cache {cache!r} "
-                          f"(it reads numbers, booleans and strings): leave them out of columns=")
-    return wanted, skipped

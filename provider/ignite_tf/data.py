@@ -16,6 +16,13 @@ These datasets run in the calling Python process (``from_generator``), which is 
 and single-process training need. Under ParameterServerStrategy the dataset function is traced on the
 coordinator and runs on the workers, so async mode feeds workers from local files instead
 (``ignite_tf.runtime_feed``).
+
+Why blocks: Python work per batch (a generator step, a dict of column slices, stacking) cost more than a
+training step of a small model. So Python hands tf.data a block of rows at a time (``BLOCK_ROWS``, or whole
+shuffle units), with the features already decoded into one float32 matrix by the reader, and ``rebatch``
+cuts it into batches in C++. A tf.data thread reads the next block while the model trains on the one before;
+the reader keeps scans of the next partitions in flight meanwhile. Memory stays at about three blocks
+(``max(block_rows, max(batch_size, shuffle_buffer))`` rows each) plus a few scan pages, however large the shard.
 """
 
 from __future__ import annotations
@@ -33,6 +40,12 @@ from ignite_tf.shardplan import ShardPlan, WorkerShard
 
 ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
+# Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
+BLOCK_ROWS = 16_384
+# Batches ready ahead of the training step: cut from a block already in memory, a few are enough.
+PREFETCH_BATCHES = 4
+# Blocks read ahead of the one being cut into batches.
+BLOCKS_AHEAD = 1
 
 
 def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None = None,
@@ -89,26 +102,54 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
             cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
             shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024,
             input_context=None) -> Iterator[dict[str, np.ndarray]]:
-    """NumPy batches of this worker's shard for ``epoch`` (the same rows ``dataset`` yields)."""
+    """NumPy batches of this worker's shard for ``epoch`` (the same rows, in the same order, as ``dataset``)."""
+    yield from _rebatch(blocks(epoch, batch_size=batch_size, worker=worker, plan=plan, cache=cache, conn=conn,
+                               columns=columns, shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size,
+                               input_context=input_context), batch_size)
+
+
+def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,
+           cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
+           shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024, block_rows: int = BLOCK_ROWS,
+           stack: list[str] | None = None, input_context=None, layout: tuple | None = None
+           ) -> Iterator[dict[str, np.ndarray]]:
+    """This worker's rows for ``epoch`` in blocks of about ``block_rows`` rows: cut into ``batch_size`` pieces,
+    they are ``batches(...)``. Fewer, larger pieces cost less Python per row; memory holds one block.
+
+    With ``shuffle_buffer``, rows are permuted within units of ``max(batch_size, shuffle_buffer)`` rows and a
+    block is a whole number of units (one, when a unit is larger than ``block_rows``). ``stack``: numeric
+    columns decoded straight into one float32 matrix ``block[ignite_tf.reader.STACKED]`` (NULLs filled).
+    ``layout``: a ``PartitionReader.layout`` of the cache, so the reader need not ask the cluster for it.
+    """
     from ignite_tf.reader import PartitionReader
 
     plan = load_plan(plan, cache=cache, conn=conn)
     my = shard(epoch, worker=worker, plan=plan, input_context=input_context)
-    read_batch = max(batch_size, shuffle_buffer) if shuffle_buffer else batch_size
-    with PartitionReader(_conn(conn), plan.partition_map.cache, columns=columns, batch_size=read_batch,
-                         page_size=page_size) as reader:
+    unit = max(batch_size, shuffle_buffer) if shuffle_buffer else max(batch_size, block_rows)
+    pm = plan.partition_map
+    # The plan's routes spare the reader asking the cluster every epoch; a stale route costs a forwarded
+    # (or failed-over) scan, never a row.
+    with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
+                         primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
+                         layout=layout) as reader:
         stream = reader.batches(my.read_tasks())
-        if shuffle_buffer:
-            rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
-            stream = _block_shuffle(stream, rng)
-        yield from _rebatch(stream, batch_size)
+        if not shuffle_buffer:
+            yield from stream
+            return
+        rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
+        yield from _group(_block_shuffle(stream, rng), max(1, block_rows // unit))
 
 
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
             conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
-            page_size: int = 1024, include_key: bool = False, prefetch: bool = True, input_context=None):
+            page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
+            input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
+
+    Python reads the shard in blocks (see ``blocks``), one block ahead of the training step in a tf.data
+    thread; tf.data cuts them into batches of exactly ``batch_size`` rows (the last one of the epoch
+    shorter). Memory: about three blocks and one shuffle unit, however large the shard.
 
     :param batch_size: rows per element (per worker: the global batch is this times the workers).
     :param epoch: selects the plan's assignment (with reshuffle="epoch", a different slice every epoch).
@@ -117,23 +158,35 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     :param stack: features as one float32 matrix ``[batch, n_features]`` instead of a dict of columns.
     :param shuffle_buffer: rows shuffled together within the shard (0 = keep reading order); seeded by
         (seed, epoch, worker), so a restarted run sees the same order.
+    :param prefetch: keep ``PREFETCH_BATCHES`` batches ready. tf.data's autotuning is off for this dataset
+        (see the code: it delays the end of each epoch); stages you add with ``AUTOTUNE`` get TF's defaults,
+        or turn it back on with ``ds.with_options(...)``.
+    :param block_rows: rows per block handed from Python to tf.data (rounded to whole shuffle units).
     :param input_context: pass the ``tf.distribute.InputContext`` under ParameterServerStrategy.
     """
     import tensorflow as tf
 
     plan = load_plan(plan, cache=cache, conn=conn)
     index = worker if worker is not None else worker_index(input_context)
-    names, label_name, dtypes = _columns(plan, conn, label, features, include_key)
+    names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key, with_layout=True)
     read_columns = names + ([label_name] if label_name else [])
 
+    key = plan.partition_map.key_column
+    # The reader stacks value columns as it decodes (the key is not one: then stack here).
+    decode_stack = names if stack and key not in names else None
+
     def generate():
-        for batch in batches(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
-                             columns=[c for c in read_columns if c != plan.partition_map.key_column],
-                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size):
-            batch = {k: _filled(v) for k, v in batch.items()}
-            feats = (np.stack([batch[n].astype(np.float32) for n in names], axis=1) if stack
-                     else {n: batch[n] for n in names})
-            yield (feats, batch[label_name]) if label_name else feats
+        from ignite_tf.reader import STACKED
+
+        for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
+                            columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
+                            page_size=page_size, stack=decode_stack, block_rows=block_rows, layout=layout):
+            block = {k: _filled(v) for k, v in block.items()}
+            if decode_stack:
+                feats = block[STACKED]
+            else:
+                feats = _stack([block[n] for n in names]) if stack else {n: block[n] for n in names}
+            yield (feats, block[label_name]) if label_name else feats
 
     if stack:
         feature_spec = tf.TensorSpec([None, len(names)], tf.float32)
@@ -145,8 +198,14 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     options = tf.data.Options()
     # The plan already sharded the data: TF must not shard it again (it would drop rows).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    ds = ds.with_options(options)
-    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+    # Nothing here needs tuning, and TF's tuning thread makes deleting an iterator (the end of every fit
+    # over this dataset) wait for its next tick, at 1.3, 2.6, 5.1, 10.2, 20.5 ... s after the epoch began:
+    # measured with TF 2.21, about one epoch in three (8.5 s lost after a 12 s epoch).
+    options.autotune.enabled = False
+    # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
+    # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
+    ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size)
+    return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
 def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
@@ -163,11 +222,11 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     return conn
 
 
-def _columns(plan: ShardPlan, conn, label, features, include_key):
+def _columns(plan: ShardPlan, conn, label, features, include_key, with_layout: bool = False):
     from ignite_tf.reader import PartitionReader
 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
-        dtypes, key_column = dict(probe.schema), probe.key_column
+        dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
     label_name = label.lower() if label else None
     if label_name and label_name not in dtypes:
         raise ConfigError(f"label {label!r} is not a column of cache '{plan.partition_map.cache}' "
@@ -180,7 +239,7 @@ def _columns(plan: ShardPlan, conn, label, features, include_key):
                               f"(columns: {', '.join(dtypes)})")
     else:
         names = [n for n in dtypes if n != label_name and (include_key or n != key_column)]
-    return names, label_name, dtypes
+    return (names, label_name, dtypes, layout) if with_layout else (names, label_name, dtypes)
 
 
 def _tf_dtype(tf, dtype: np.dtype):
@@ -203,6 +262,28 @@ def _block_shuffle(stream: Iterator[dict], rng: np.random.Generator) -> Iterator
         yield {k: v[order] for k, v in block.items()}
 
 
+def _group(stream: Iterator[dict], n: int) -> Iterator[dict]:
+    """Concatenations of ``n`` consecutive blocks of ``stream`` (the last may hold fewer)."""
+    if n == 1:
+        yield from stream
+        return
+    group: list[dict] = []
+    for block in stream:
+        group.append(block)
+        if len(group) == n:
+            yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
+            group = []
+    if group:
+        yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
+
+
+def _stack(columns: list[np.ndarray]) -> np.ndarray:
+    out = np.empty((len(columns[0]), len(columns)), np.float32)
+    for j, values in enumerate(columns):
+        out[:, j] = values
+    return out
+
+
 def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
     pending: dict | None = None
     for block in stream:
@@ -220,6 +301,12 @@ def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
 
 
 def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if isinstance(a, np.ma.MaskedArray) or isinstance(b, np.ma.MaskedArray):
-        return np.ma.concatenate([a, b])
-    return np.concatenate([a, b])
+    return _concat_all([a, b])
+
+
+def _concat_all(arrays: list[np.ndarray]) -> np.ndarray:
+    if len(arrays) == 1:
+        return arrays[0]
+    if any(isinstance(a, np.ma.MaskedArray) for a in arrays):
+        return np.ma.concatenate(arrays)
+    return np.concatenate(arrays)
