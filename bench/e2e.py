@@ -146,7 +146,7 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
         # Read when the spec is parsed: the generated rows and a registry of our own (not .airflow/'s).
         os.environ["IGNITE_TF_DEMO_ROWS"] = str(rows)
         os.environ["IGNITE_TF_REGISTRY"] = str(home / "registry")
-        airflow_env(conn, home, REPO / "dags", tmp)
+        airflow_env(conn, home, REPO / "dags")
         t = time.perf_counter()
         migrate(home)
         result["_migrate_s"] = time.perf_counter() - t
