@@ -56,7 +56,7 @@ def say(msg: str, quiet: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def dag_run(dag, conf: dict, quiet: bool) -> dict:
+def dag_run(dag, conf: dict, quiet: bool, conn=None) -> dict:
     """One ``dag.test()`` run; raises unless every task succeeded."""
     from ignite_tf.demo import stage_times, task_results
 
@@ -74,8 +74,11 @@ def dag_run(dag, conf: dict, quiet: bool) -> dict:
         raise RuntimeError(f"the DAG's training ran {train.get('epochs')} epochs, not {conf['epochs']}: {train}")
     stages = stage_times(run)
     say(f"  DAG run: {seconds:.1f}s; stages " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()), quiet)
+    from ignite_tf.cluster.api import make_launcher
+
+    state = make_launcher(conn).find(train["cluster_id"]) if conn is not None and train.get("cluster_id") else None
     return {"seconds": seconds, "stages": stages, "cluster_s": train.get("seconds"),
-            "metrics": train.get("metrics", {})}
+            "metrics": train.get("metrics", {}), "phases": phases(state) if state else {}}
 
 
 def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
@@ -113,7 +116,18 @@ def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: 
     if len(state.epochs) != conf["epochs"]:
         raise RuntimeError(f"direct cluster {cluster_id} ran {len(state.epochs)} epochs, not {conf['epochs']}")
     say(f"  direct: {seconds:.1f}s (cluster lifetime {state.age_s:.1f}s, {state.restarts} restart(s))", quiet)
-    return {"seconds": seconds, "cluster_s": state.age_s, "metrics": state.epochs[-1]}
+    return {"seconds": seconds, "cluster_s": state.age_s, "metrics": state.epochs[-1], "phases": phases(state)}
+
+
+def phases(state) -> dict[str, float]:
+    """A finished cluster's lifetime in three parts: start-up (to the first epoch's start), the epochs, and
+    the end (last epoch reported -> final state: saving the model, stopping the tasks)."""
+    epochs = state.epochs
+    if not epochs or not state.finished_at:
+        return {}
+    epochs_s = sum(float(e.get("epoch_s", 0.0)) for e in epochs)
+    end_s = state.finished_at - float(epochs[-1].get("time", state.finished_at))
+    return {"startup_s": state.age_s - epochs_s - end_s, "epochs_s": epochs_s, "end_s": end_s}
 
 
 def stop_leftovers(conn) -> list[str]:
@@ -166,11 +180,11 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
         for i in range(repeat):
             # The first DAG run loads the rows the direct runs train on; later pairs alternate their order.
             if i % 2 == 0:
-                dags.append(dag_run(dag, conf, quiet))
+                dags.append(dag_run(dag, conf, quiet, conn))
                 directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
             else:
                 directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
-                dags.append(dag_run(dag, conf, quiet))
+                dags.append(dag_run(dag, conf, quiet, conn))
         result["_dags"], result["_directs"] = dags, directs
     finally:
         try:
@@ -227,6 +241,13 @@ def table(r: dict) -> str:
                  f"vs direct {x['seconds']:.1f} (cluster {x['cluster_s']:.1f})"
                  for d, x in zip(r["_dags"], r["_directs"], strict=True)]
         lines.append("Each pair, seconds: " + "; ".join(pairs) + ".")
+    for label, runs_ in (("DAG", r["_dags"]), ("direct", r["_directs"])):
+        parts = [p["phases"] for p in runs_ if p.get("phases")]
+        if parts:
+            lines.append(f"{label} cluster lifetime, median: start-up "
+                         f"{statistics.median(p['startup_s'] for p in parts):.1f}s, epochs "
+                         f"{statistics.median(p['epochs_s'] for p in parts):.1f}s, after the last epoch "
+                         f"{statistics.median(p['end_s'] for p in parts):.1f}s (model save, tasks stopped).")
     dm, xm = r["_dags"][-1]["metrics"], r["_directs"][-1]["metrics"]
     lines.append(f"Last epoch: DAG accuracy {dm.get('accuracy', float('nan')):.3f}, direct accuracy "
                  f"{xm.get('accuracy', float('nan')):.3f}.")
