@@ -91,10 +91,6 @@ def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services)
 
     xcom = svc.request("GET", f"{base}/taskInstances/train/xcomEntries/return_value?deserialize=true")
     train = xcom["value"]
-    if isinstance(train, str):  # older API versions return the stringified value
-        import ast
-
-        train = ast.literal_eval(train)
     assert train["status"] == "succeeded" and train["epochs"] == 1, train  # the conf's 1, not the spec's 3
     # The trigger ran in the triggerer process, which writes the task's trigger log: the chief's output and
     # the per-epoch metrics of this cluster, then the event that resumed the task.

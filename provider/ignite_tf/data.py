@@ -168,7 +168,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
     plan = load_plan(plan, cache=cache, conn=conn)
     index = worker if worker is not None else worker_index(input_context)
-    names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key, with_layout=True)
+    names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key)
     read_columns = names + ([label_name] if label_name else [])
 
     key = plan.partition_map.key_column
@@ -222,7 +222,7 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     return conn
 
 
-def _columns(plan: ShardPlan, conn, label, features, include_key, with_layout: bool = False):
+def _columns(plan: ShardPlan, conn, label, features, include_key):
     from ignite_tf.reader import PartitionReader
 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
@@ -239,7 +239,7 @@ def _columns(plan: ShardPlan, conn, label, features, include_key, with_layout: b
                               f"(columns: {', '.join(dtypes)})")
     else:
         names = [n for n in dtypes if n != label_name and (include_key or n != key_column)]
-    return (names, label_name, dtypes, layout) if with_layout else (names, label_name, dtypes)
+    return names, label_name, dtypes, layout
 
 
 def _tf_dtype(tf, dtype: np.dtype):
@@ -288,7 +288,7 @@ def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
     pending: dict | None = None
     for block in stream:
         if pending is not None:
-            block = {k: _concat(pending[k], block[k]) for k in block}
+            block = {k: _concat_all([pending[k], block[k]]) for k in block}
             pending = None
         n = len(next(iter(block.values())))
         full = n - n % batch_size
@@ -298,10 +298,6 @@ def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
             pending = {k: v[full:] for k, v in block.items()}
     if pending is not None:
         yield pending
-
-
-def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return _concat_all([a, b])
 
 
 def _concat_all(arrays: list[np.ndarray]) -> np.ndarray:

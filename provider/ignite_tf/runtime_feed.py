@@ -44,7 +44,7 @@ def columns(plan, label: str | None, features: list[str] | None, conn=None) -> t
     """(feature names, label name, label dtype) of the plan's cache; numeric columns only."""
     if not label:
         raise ConfigError("no label column: pass label=... (--label), the column the model predicts")
-    names, label_name, dtypes = itd._columns(plan, conn, label, features, False)
+    names, label_name, dtypes, _ = itd._columns(plan, conn, label, features, False)
     bad = [n for n in [*names, label_name] if np.dtype(dtypes[n]).kind not in "fiub"]
     if bad:
         raise ConfigError(f"column(s) {bad} of cache '{plan.partition_map.cache}' are not numeric: the runtime "

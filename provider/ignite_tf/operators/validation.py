@@ -64,9 +64,7 @@ class ValidationGateOperator(IgniteTFOperator):
 
         # Indexing up to len() reads each mapped result once; iterating Airflow's lazy sequence asks for one
         # past the end and logs a 404 "XCom not found" error in every run.
-        values = self.results
-        values = [values[i] for i in range(len(values))] if hasattr(values, "__getitem__") else list(values)
-        results = [ShardResult.from_dict(as_dict(r)) for r in values]
+        results = [ShardResult.from_dict(as_dict(self.results[i])) for i in range(len(self.results))]
         summary = merge(results, self.suite, conn=self.conn if self.cache else None, cache=self.cache)
         paths = write_results(summary, run_dir_for(context, self.run_root))
         self.log.info("validation results: %s", paths)
