@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ignite_tf import __version__
+from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.errors import IgniteTFError
 
 
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--ps", type=_positive, default=1, help="parameter servers in async mode (default 1)")
     start.add_argument("--max-restarts", type=_non_negative, default=3, help="restarts after failures (default 3)")
     start.add_argument("--startup-deadline", type=float, default=120.0, help="seconds for all tasks to come up")
+    start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy], default=DEFAULT_RESTART_POLICY.value,
+                       help="which failures are restarted: on-failure (all), exit-code (signals, statuses >= 128, "
+                            f"no progress; not the job's own error), never (default {DEFAULT_RESTART_POLICY.value})")
+    start.add_argument("--progress-timeout", type=float, default=DEFAULT_PROGRESS_TIMEOUT_S, metavar="SECONDS",
+                       help="a task silent this long after its first progress report (steps, ignite_tf.data reads) "
+                            f"is a failure; 0 turns the watchdog off (default {DEFAULT_PROGRESS_TIMEOUT_S:.0f})")
     start.add_argument("--id", dest="cluster_id", help="cluster id (default: generated)")
     start.add_argument("--detach", action="store_true", help="print the cluster id and return at once")
     start.add_argument("cache", metavar="CACHE_NAME")
@@ -108,7 +115,8 @@ def cmd_start(args, conn) -> int:
     job = {"command": [args.job_cmd, *args.job_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
                           max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
-                          cluster_id=args.cluster_id, launcher=launcher)
+                          cluster_id=args.cluster_id, launcher=launcher, restart_policy=args.restart_policy,
+                          progress_timeout_s=args.progress_timeout)
     print(state.cluster_id, flush=True)
     if args.detach:
         return 0

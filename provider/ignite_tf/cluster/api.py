@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.launcher import Launcher, LocalLauncher
+from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
 from ignite_tf.errors import ConfigError
@@ -48,13 +49,17 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
                   startup_deadline_s: float = 120.0, grace_period_s: float = 10.0, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
                   launcher: Launcher | None = None, env: dict[str, str] | None = None,
-                  plan=None) -> ClusterState:
+                  plan=None, restart_policy: RestartPolicy | str | None = None,
+                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
     :param workers: default one per Ignite server node (a worker next to each node's data).
     :param cluster_id: a stable id makes the launch idempotent (a running cluster with that id is returned).
     :param plan: a ShardPlan made earlier (e.g. by an upstream Airflow task); else planned here.
+    :param restart_policy: which failures are restarted (``ignite_tf.cluster.policy.RestartPolicy``; default
+        ``exit-code``: signals, statuses >= 128 and the watchdog, not a task's own error).
+    :param progress_timeout_s: a task silent this long after its first progress report is a failure (0: off).
     """
     from ignite_tf.partitions import PartitionMap
     from ignite_tf.shardplan import ShardPlan
@@ -87,5 +92,6 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         cluster_id=cluster_id, cache=cache, mode=mode, workers=plan.workers, ps=ps, run_dir=run_dir, job=job,
         worker_hosts=plan.worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
         startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
+        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s,
     )
     return launcher.launch(spec)

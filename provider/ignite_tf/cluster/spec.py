@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.errors import ConfigError
 
 
@@ -102,9 +103,14 @@ class ClusterSpec:
     startup_deadline_s: float = 120.0
     grace_period_s: float = 10.0
     env: dict[str, str] = field(default_factory=dict)  # extra, non-secret environment for every task
+    restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
+    progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
 
     def __post_init__(self):
         self.mode = Mode(self.mode)
+        self.restart_policy = RestartPolicy.parse(self.restart_policy)
+        if self.progress_timeout_s < 0:
+            raise ConfigError(f"progress_timeout_s must be >= 0 (0 turns the watchdog off; got {self.progress_timeout_s})")
         self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(Role(t["role"]), t["index"], t["host"], t["port"])
                       for t in self.tasks]
         for t in self.tasks:
@@ -180,6 +186,7 @@ class ClusterSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["mode"] = self.mode.value
+        data["restart_policy"] = self.restart_policy.value
         data["tasks"] = [{"role": t.role.value, "index": t.index, "host": t.host, "port": t.port} for t in self.tasks]
         return data
 
@@ -207,7 +214,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,
                job: dict[str, Any], ps: int = 1, worker_hosts: list[str | None] | None = None,
                shard_plan_path: str | None = None, max_restarts: int = 3, startup_deadline_s: float = 120.0,
-               grace_period_s: float = 10.0, port_for=None, env: dict[str, str] | None = None) -> ClusterSpec:
+               grace_period_s: float = 10.0, port_for=None, env: dict[str, str] | None = None,
+               restart_policy: RestartPolicy | str | None = None,
+               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
     :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
@@ -249,7 +258,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
         t.port = port
     return ClusterSpec(cluster_id=cluster_id, cache=cache, mode=mode, tasks=tasks, run_dir=str(run_dir), job=job,
                        shard_plan_path=shard_plan_path, max_restarts=max_restarts,
-                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=dict(env or {}))
+                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=dict(env or {}),
+                       restart_policy=RestartPolicy.parse(restart_policy), progress_timeout_s=float(progress_timeout_s))
 
 
 def _looks_like_host(value: str) -> bool:

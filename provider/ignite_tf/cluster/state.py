@@ -46,6 +46,7 @@ class ExitCode(IntEnum):
     STARTUP_DEADLINE = 3
     STOPPED = 4
     INTERNAL_ERROR = 5
+    NO_PROGRESS = 6
 
 
 @dataclass
@@ -83,6 +84,8 @@ class ClusterState:
     supervisor_host: str = ""
     chief_log: str = ""
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    # Each failure the supervisor saw: task, exit_code, signal, kind, retryable, action (restarted or why not).
+    failures: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -110,7 +113,7 @@ class ClusterState:
             "cluster_id": self.cluster_id, "status": self.status.value, "exit_code": self.exit_code,
             "reason": self.reason, "restarts": self.restarts, "epochs": len(self.epochs),
             "metrics": self.epochs[-1] if self.epochs else {}, "run_dir": self.run_dir,
-            "seconds": round(self.age_s, 2),
+            "seconds": round(self.age_s, 2), "failures": self.failures[-5:],
         }
 
 

@@ -25,12 +25,15 @@ import sys
 import time
 from pathlib import Path
 
+from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 
 POLL_S = 0.2
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
+# Put first on every task's PYTHONPATH: its sitecustomize ends a task at once on an uncaught exception.
+TASKBOOT_DIR = str(Path(__file__).resolve().parent.parent / "resources" / "taskboot")
 
 
 def _child_setup() -> None:  # runs in the child between fork and exec
@@ -91,6 +94,7 @@ class Supervisor:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update(self.spec.task_env(task, self.attempt))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
         with open(self.spec.log_path(task), "ab") as log:
             proc = subprocess.Popen(
                 self.command_for(self.spec, task), cwd=task_cwd(self.spec, task), env=env, stdin=subprocess.DEVNULL,
@@ -169,11 +173,40 @@ class Supervisor:
         self.save(force=True)
         return code
 
-    def failed(self, reason: str) -> ExitCode:
-        code = ExitCode.USER_CODE_FAILED if self.spec.max_restarts == 0 else ExitCode.RESTARTS_EXHAUSTED
-        if code is ExitCode.RESTARTS_EXHAUSTED:
-            reason = f"{reason}; restarts exhausted ({self.state.restarts}/{self.spec.max_restarts})"
-        return self.finish(Status.FAILED, code, reason)
+    def failed(self, failure: Failure) -> ExitCode:
+        """End the cluster after ``failure`` was not restarted; the reason says why not."""
+        policy = self.spec.restart_policy
+        why = failure.describe()
+        if not policy.restarts(failure):
+            code = ExitCode.USER_CODE_FAILED
+            if policy is RestartPolicy.NEVER:
+                why_not = "restart_policy 'never' restarts nothing"
+            else:
+                why_not = (f"not retryable ({failure.kind}): restart_policy '{policy.value}' restarts only signals, "
+                           f"statuses >= 128 and the watchdog; fix the code, or use restart_policy 'on-failure'")
+        else:
+            code = ExitCode.RESTARTS_EXHAUSTED
+            why_not = f"restarts exhausted ({self.state.restarts}/{self.spec.max_restarts})"
+        if failure.exit_code is None:
+            code = ExitCode.NO_PROGRESS
+        self.state.failures.append({**failure.to_dict(), "time": time.time(), "action": f"not restarted: {why_not}"})
+        return self.finish(Status.FAILED, code, f"{why}; {why_not}")
+
+    def recover(self, failures: list[Failure], task: TaskSpec) -> ExitCode | None:
+        """Restart after ``failures`` (tasks that ended together) if the policy allows, else end the cluster."""
+        cause = first_cause(failures)
+        for f in failures:
+            self.event(f"{f.describe()}: {'retryable' if f.retryable else 'not retryable'} ({f.kind})")
+        if not self.spec.restart_policy.restarts(cause):
+            return self.failed(cause)
+        why = cause.describe()
+        alone = self.spec.mode is Mode.ASYNC and task.role is Role.WORKER and len(failures) == 1
+        restarted = self.restart_task(task, why) if alone else self.restart_cluster(why)
+        if not restarted:
+            return self.failed(cause)
+        self.state.failures.append({**cause.to_dict(), "time": time.time(),
+                                    "action": f"restarted {task.name} alone" if alone else "restarted the cluster"})
+        return None
 
     # -- main loop -----------------------------------------------------------------------------------------
     def run(self) -> ExitCode:
@@ -216,6 +249,7 @@ class Supervisor:
         if self._stop_requested():
             return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
         chief = self.spec.chief
+        failures: list[tuple[Failure, TaskSpec]] = []
         for task in self.spec.tasks:
             proc = self.procs[task.name]
             code = proc.poll()
@@ -230,8 +264,11 @@ class Supervisor:
             if code == 0:
                 ts.state = "exited"
                 if self.spec.mode is Mode.ASYNC and task.role is not Role.CHIEF:
-                    if not self.restart_task(task, f"{task.name} exited before the chief finished"):
-                        return self.failed(f"{task.name} exited before the chief finished")
+                    # A server must run until the chief ends; it is restarted alone, as a lost worker is.
+                    why = f"{task.name} exited before the chief finished"
+                    if not self.restart_task(task, why):
+                        return self.finish(Status.FAILED, ExitCode.RESTARTS_EXHAUSTED, f"{why}; restarts exhausted "
+                                           f"({self.state.restarts}/{self.spec.max_restarts})")
                     return None
                 done = (task == chief) if self.spec.mode is Mode.ASYNC else all(
                     self.tstate(t).state == "exited" for t in self.spec.tasks)
@@ -239,15 +276,13 @@ class Supervisor:
                     return self.finish(Status.SUCCEEDED, ExitCode.SUCCEEDED, "training finished")
                 continue
             ts.state = "failed"
-            why = f"{task.name} (pid {proc.pid}) {_describe_exit(code)}"
-            self.event(why)
-            if self.spec.mode is Mode.ASYNC and task.role is Role.WORKER:
-                restarted = self.restart_task(task, why)
-            else:
-                restarted = self.restart_cluster(why)
-            if not restarted:
-                return self.failed(why)
-            return None
+            failures.append((Failure(task.name, proc.pid, code), task))
+        if failures:
+            # Tasks that ended in the same poll are judged together: a killed sync worker makes its peers
+            # fail in their collectives with an ordinary error, which must not hide the retryable cause.
+            cause = first_cause([f for f, _ in failures])
+            task = next(t for f, t in failures if f is cause)
+            return self.recover([f for f, _ in failures], task)
 
         if self.state.status in (Status.STARTING, Status.RESTARTING):
             if all(self.tstate(t).state != "starting" for t in self.spec.tasks):
@@ -269,15 +304,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
 
 
 def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.shardplan import Reshuffle
@@ -126,6 +127,10 @@ class TrainingConfig:
     label: str = "label"
     max_restarts: int = 2
     startup_deadline_s: float = 180.0
+    restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
+    """Which failures are restarted: on-failure, exit-code (signals, statuses >= 128, the watchdog), never."""
+    progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
+    """Seconds a task may go without progress after its first report (0: watchdog off)."""
 
     def __post_init__(self):
         if (self.entry_point is None) == (self.script is None):
@@ -376,7 +381,9 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             args=tuple(t.get("args", ())), job_dir=job_dir, epochs=t.get("epochs", 5),
             batch_size=t.get("batch_size", 64), learning_rate=None if lr is None else float(lr),
             label=t.get("label", "label"), max_restarts=t.get("max_restarts", 2),
-            startup_deadline_s=float(t.get("startup_deadline_s", 180.0)))
+            startup_deadline_s=float(t.get("startup_deadline_s", 180.0)),
+            restart_policy=RestartPolicy.parse(t.get("restart_policy")),
+            progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)))
 
     def publish(p):
         registry = p.get("registry") or _expand(DEFAULT_REGISTRY, "publish.registry")

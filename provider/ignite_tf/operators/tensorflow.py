@@ -28,20 +28,26 @@ class TFClusterOperator(IgniteTFOperator):
     :param epochs / batch_size / learning_rate / label_column: training parameters for an entry point
         (templated).
     :param max_restarts: restarts after failures; ``startup_deadline_s``: seconds for all tasks to come up.
+    :param restart_policy: which failures are restarted: ``on-failure``, ``exit-code`` (default: signals,
+        statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
+    :param progress_timeout_s: a task silent this long after its first progress report fails the cluster
+        (0: watchdog off).
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
     """
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
-                                      "learning_rate", "label_column", "max_restarts", "command", "job_dir")
+                                      "learning_rate", "label_column", "max_restarts", "command", "job_dir",
+                                      "restart_policy")
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
                  learning_rate: float | str | None = None, label_column: str = "label", max_restarts: int | str = 2,
                  startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
-                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0, **kwargs):
+                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
+                 restart_policy: str | None = None, progress_timeout_s: float | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -52,6 +58,7 @@ class TFClusterOperator(IgniteTFOperator):
         self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
         self.run_root = run_root
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
+        self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -80,10 +87,12 @@ class TFClusterOperator(IgniteTFOperator):
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
         cluster_id = self._cluster_id = self.cluster_id_for(context)
         plan = ShardPlan.from_dict(as_dict(self.plan)) if self.plan else None
+        progress = {} if self.progress_timeout_s is None else {"progress_timeout_s": float(self.progress_timeout_s)}
         state = start_cluster(
             self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
             ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
             cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
+            restart_policy=self.restart_policy or None, **progress,
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
