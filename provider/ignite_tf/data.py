@@ -132,7 +132,7 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
                          primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
                          layout=layout) as reader:
-        stream = reader.batches(my.read_tasks())
+        stream = _reported(reader.batches(my.read_tasks()), epoch)
         if not shuffle_buffer:
             yield from stream
             return
@@ -215,6 +215,15 @@ def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+def _reported(stream: Iterator[dict], epoch: int) -> Iterator[dict]:
+    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.progress``)."""
+    from ignite_tf import progress
+
+    for n, block in enumerate(stream, 1):
+        progress.report(f"epoch {epoch + 1}: read block {n}")
+        yield block
+
+
 def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     conn = conn or IgniteConnectionConfig.from_env()
     if conn is None:

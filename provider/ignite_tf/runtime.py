@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ignite_tf import progress
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_MODE, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime_report import _reporter
@@ -146,6 +147,7 @@ def serve(*, epochs: int = 0, batch_size: int = 1024, label: str | None = None, 
 
         write_feed(epochs, batch_size=batch_size, label=label, features=features, worker=info.index,
                    shuffle_buffer=shuffle_buffer, log=_log)
+    progress.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     tf = _tf()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -335,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     features = [f.strip() for f in args.features.split(",") if f.strip()] if args.features else None
+    progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
         if args.serve or info.serves:
@@ -353,5 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """A failed task ends at once: TensorFlow's threads and exit handlers could otherwise hold it."""
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ignite_tf import progress
 from ignite_tf.cluster.spec import ENV_ATTEMPT, ENV_CLUSTER_ID
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ def _reporter(tf, tf_keras, info: TaskInfo, epochs: int, steps: int, examples_pe
             self.last: dict[str, Any] = {}
             self._t0 = time.monotonic()
             self._store = self._writer = None
+            self._epoch = 0
+            # Batch logs stay tensors: reading them each step would synchronise every step.
+            self._supports_tf_logs = True
             self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
             if info.is_chief and self._cluster_id:
                 from ignite_tf.cluster.state import store_from_env
@@ -54,6 +58,11 @@ def _reporter(tf, tf_keras, info: TaskInfo, epochs: int, steps: int, examples_pe
 
         def on_epoch_begin(self, epoch, logs=None):
             self._t0 = time.monotonic()
+            progress.report(f"epoch {epoch + 1} began", force=True)
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            progress.report(f"epoch {self._epoch + 1} step {batch + 1}")
 
         def on_epoch_end(self, epoch, logs=None):
             seconds = time.monotonic() - self._t0

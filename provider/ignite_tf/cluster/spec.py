@@ -44,6 +44,7 @@ ENV_STATE_DIR = "IGNITE_TF_STATE_DIR"
 ENV_SHARD_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
 ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
+ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"  # see ignite_tf.progress
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -148,6 +149,9 @@ class ClusterSpec:
     def log_path(self, task: TaskSpec) -> str:
         return str(Path(self.run_dir) / "logs" / f"{task.name}.log")
 
+    def progress_path(self, task: TaskSpec) -> str:
+        return str(Path(self.run_dir) / "progress" / f"{task.name}.json")
+
     def task_dir(self, task: TaskSpec) -> str:
         """The task's working directory (async workers keep their data feed there)."""
         return str(Path(self.run_dir) / "tasks" / task.name)
@@ -177,6 +181,7 @@ class ClusterSpec:
             ENV_TENSORBOARD_DIR: self.tensorboard_dir,
             ENV_CACHE: self.cache,
             ENV_ATTEMPT: str(attempt),
+            ENV_PROGRESS_FILE: self.progress_path(task),
         })
         if self.shard_plan_path:
             env[ENV_SHARD_PLAN] = self.shard_plan_path

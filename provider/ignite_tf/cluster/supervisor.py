@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from ignite_tf import progress
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
@@ -66,6 +67,7 @@ class Supervisor:
         )
         self._last_put = 0.0
         self._last_store_poll = 0.0
+        self._last_watch = 0.0
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def tstate(self, task: TaskSpec) -> TaskState:
@@ -92,6 +94,9 @@ class Supervisor:
     # -- tasks ---------------------------------------------------------------------------------------------
     def start_task(self, task: TaskSpec) -> None:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
+        progress = Path(self.spec.progress_path(task))
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.unlink(missing_ok=True)  # a new attempt is watched from its own first report
         env = dict(os.environ)
         env.update(self.spec.task_env(task, self.attempt))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
@@ -230,6 +235,22 @@ class Supervisor:
             self.save(force=True)
             raise
 
+    def silent_tasks(self) -> list[Failure]:
+        """Live tasks whose last progress report is older than ``progress_timeout_s`` (checked once a second)."""
+        timeout = self.spec.progress_timeout_s
+        now = time.time()
+        if not timeout or now - self._last_watch < 1.0:
+            return []
+        self._last_watch = now
+        silent = []
+        for task in self.spec.tasks:
+            proc = self.procs.get(task.name)
+            last = progress.read(self.spec.progress_path(task)) if proc and proc.poll() is None else None
+            if last and last.get("watch") and now - last["time"] > timeout:
+                silent.append(Failure(task.name, proc.pid, None, silent_s=now - last["time"],
+                                      detail=f"last: {last.get('what')} at {time.strftime('%H:%M:%S', time.localtime(last['time']))}"))
+        return silent
+
     def _on_term(self, signum, frame) -> None:
         self.terminating = True
 
@@ -277,6 +298,12 @@ class Supervisor:
                 continue
             ts.state = "failed"
             failures.append((Failure(task.name, proc.pid, code), task))
+        if not failures:
+            silent = self.silent_tasks()
+            if silent:
+                self.event("no progress from " + ", ".join(f"{f.task} ({f.detail})" for f in silent)
+                           + f" for {self.spec.progress_timeout_s:.0f}s (progress_timeout_s): treated as hung")
+                return self.recover(silent, self.spec.chief)
         if failures:
             # Tasks that ended in the same poll are judged together: a killed sync worker makes its peers
             # fail in their collectives with an ordinary error, which must not hide the retryable cause.
