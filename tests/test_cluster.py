@@ -69,7 +69,7 @@ def test_spec_tf_config_and_env():
 
 def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, env):
     launcher, state = run(data_cache, ignite_conn, ["2", "--fail-task", "worker-1", "--fail-attempt", "0"],
-                          max_restarts=2)
+                          max_restarts=2, restart_policy="on-failure")
     final = launcher.wait(state.cluster_id, timeout=60)
     assert final.status is Status.SUCCEEDED and final.exit_code == ExitCode.SUCCEEDED
     assert final.restarts == 1
@@ -81,7 +81,8 @@ def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, env):
 
 
 def test_restarts_exhausted_and_user_failure_exit_codes(ignite_conn, data_cache, env):
-    launcher, state = run(data_cache, ignite_conn, ["1", "--fail-task", "worker-0"], max_restarts=1)
+    launcher, state = run(data_cache, ignite_conn, ["1", "--fail-task", "worker-0"], max_restarts=1,
+                          restart_policy="on-failure")
     final = launcher.wait(state.cluster_id, timeout=60)
     assert final.status is Status.FAILED and final.exit_code == ExitCode.RESTARTS_EXHAUSTED
     assert "restarts exhausted (1/1)" in final.reason

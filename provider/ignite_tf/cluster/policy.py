@@ -96,7 +96,8 @@ class Failure:
             what = f"was killed by {self.signal}"
         else:
             what = f"exited with status {self.exit_code}"
-        return f"{self.task} (pid {self.pid}) {what}{f' ({self.detail})' if self.detail else ''}"
+        pid = f" (pid {self.pid})" if self.pid else ""
+        return f"{self.task}{pid} {what}{f' ({self.detail})' if self.detail else ''}"
 
     def to_dict(self) -> dict:
         return {"task": self.task, "pid": self.pid, "exit_code": self.exit_code, "signal": self.signal,

@@ -303,7 +303,12 @@ class Supervisor:
             if silent:
                 self.event("no progress from " + ", ".join(f"{f.task} ({f.detail})" for f in silent)
                            + f" for {self.spec.progress_timeout_s:.0f}s (progress_timeout_s): treated as hung")
-                return self.recover(silent, self.spec.chief)
+                # One failure naming every silent task: in a sync cluster the hung task's peers wait for it in a
+                # collective, so all of them fall silent together.
+                return self.recover([Failure(", ".join(f.task for f in silent), 0, None,
+                                             silent_s=min(f.silent_s for f in silent),
+                                             detail="; ".join(f"{f.task} {f.detail}" for f in silent))],
+                                    self.spec.chief)
         if failures:
             # Tasks that ended in the same poll are judged together: a killed sync worker makes its peers
             # fail in their collectives with an ordinary error, which must not hide the retryable cause.
