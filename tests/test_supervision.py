@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,12 +103,13 @@ def test_tf_worker_failing_mid_epoch_ends_the_job(launcher, ignite_conn, data_ca
                   startup_deadline_s=300)
     final = launcher.wait(state.cluster_id, timeout=540)
     assert final.status is Status.FAILED, launcher.tail(state.cluster_id, 40)
-    out = launcher.output(state.cluster_id)[0]
-    assert "worker 1 failing on purpose" in out
+    out = launcher.output(state.cluster_id)[0]  # the chief's (worker-0's) output and the supervisor's events
+    assert "worker 1 failing on purpose" in (Path(final.run_dir) / "logs" / "worker-1.log").read_text()
     if hang:
-        # Retryable: restarted once, hung again, then the restarts were exhausted.
+        # Retryable: restarted once, hung again, then the restarts were exhausted. Its peer waits for it in
+        # a collective, so the silent tasks named include worker-0 and may include worker-1.
         assert final.exit_code == ExitCode.NO_PROGRESS and final.restarts == 1
-        assert "no progress from" in out and "worker-1" in final.reason
+        assert "no progress from" in out and "made no progress" in final.reason
     else:
         assert final.exit_code == ExitCode.USER_CODE_FAILED and final.restarts == 0
         assert "worker-1" in final.reason and "not retryable" in final.reason
