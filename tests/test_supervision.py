@@ -114,3 +114,28 @@ def test_tf_worker_failing_mid_epoch_ends_the_job(launcher, ignite_conn, data_ca
         assert final.exit_code == ExitCode.USER_CODE_FAILED and final.restarts == 0
         assert "worker-1" in final.reason and "not retryable" in final.reason
     assert_nothing_left(state.cluster_id, final.run_dir)
+
+
+def test_yaml_settings_reach_the_operator(tmp_path):
+    """training.restart_policy / progress_timeout_s in a spec become the train task's arguments; bad ones
+    are refused naming the field."""
+    import yaml
+
+    from ignite_tf.dags.factory import render
+    from ignite_tf.dags.spec import SpecError, parse_spec
+
+    spec_dir = Path(__file__).parent.parent / "dags" / "specs"
+    doc = yaml.safe_load((spec_dir / "tabular_sync.yaml").read_text())
+    doc["training"].update(restart_policy="on-failure", progress_timeout_s=90)
+    doc.pop("inference", None)
+    path = spec_dir / f".test-{tmp_path.name}.yaml"  # relative paths in the spec resolve next to it
+    try:
+        path.write_text(yaml.safe_dump(doc))
+        train = next(t for t in render(parse_spec(path))[0].tasks if t.task_id == "train")
+        assert train.kwargs["restart_policy"] == "on-failure" and train.kwargs["progress_timeout_s"] == 90
+        doc["training"]["restart_policy"] = "sometimes"
+        path.write_text(yaml.safe_dump(doc))
+        with pytest.raises(SpecError, match="restart_policy"):
+            parse_spec(path)
+    finally:
+        path.unlink(missing_ok=True)
