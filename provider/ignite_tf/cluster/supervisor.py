@@ -12,6 +12,8 @@ an Airflow task that defers or a CLI that detaches). It
   parameter server fails; restarted tasks resume from the checkpoint the runtime keeps;
 - stops: on SIGTERM or a stop request in the state store, tasks get SIGTERM and ``grace_period_s`` to
   checkpoint, then SIGKILL; when the chief finishes, parameter servers and remaining tasks are stopped;
+- gives each task an allowlisted environment (``environment.py``): the runtime's variables, the Ignite
+  connection, the user's named ``env`` and ``TF_CONFIG``, with this interpreter's folder first on ``PATH``;
 - records everything in the state store and exits with an ``ExitCode``.
 """
 
@@ -25,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 
@@ -89,7 +92,7 @@ class Supervisor:
     # -- tasks ---------------------------------------------------------------------------------------------
     def start_task(self, task: TaskSpec) -> None:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        env = minimal_env(os.environ, self.spec.pass_env)
         env.update(self.spec.task_env(task, self.attempt))
         with open(self.spec.log_path(task), "ab") as log:
             proc = subprocess.Popen(

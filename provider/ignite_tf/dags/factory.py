@@ -183,7 +183,8 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
                  {**conn, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode, "workers": workers,
                   "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
-                  "startup_deadline_s": training.startup_deadline_s, "deferrable": True, **job},
+                  "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
+                  **({"env": list(training.env)} if training.env else {}), **job},
                  after=("validation_gate",)),
     ]
     if config.publish is not None:

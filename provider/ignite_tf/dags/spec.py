@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.shardplan import Reshuffle
@@ -126,8 +127,14 @@ class TrainingConfig:
     label: str = "label"
     max_restarts: int = 2
     startup_deadline_s: float = 180.0
+    env: tuple[str, ...] = ()
+    """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
 
     def __post_init__(self):
+        try:
+            parse_env(self.env)
+        except ConfigError as exc:
+            _fail("env", str(exc))
         if (self.entry_point is None) == (self.script is None):
             _fail("", "give exactly one of entry_point ('module:function') or script (+ args, job_dir)")
         if self.workers < 1:
@@ -376,7 +383,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             args=tuple(t.get("args", ())), job_dir=job_dir, epochs=t.get("epochs", 5),
             batch_size=t.get("batch_size", 64), learning_rate=None if lr is None else float(lr),
             label=t.get("label", "label"), max_restarts=t.get("max_restarts", 2),
-            startup_deadline_s=float(t.get("startup_deadline_s", 180.0)))
+            startup_deadline_s=float(t.get("startup_deadline_s", 180.0)), env=tuple(t.get("env", ())))
 
     def publish(p):
         registry = p.get("registry") or _expand(DEFAULT_REGISTRY, "publish.registry")

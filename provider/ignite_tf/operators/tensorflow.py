@@ -28,20 +28,25 @@ class TFClusterOperator(IgniteTFOperator):
     :param epochs / batch_size / learning_rate / label_column: training parameters for an entry point
         (templated).
     :param max_restarts: restarts after failures; ``startup_deadline_s``: seconds for all tasks to come up.
+    :param env: variables for every task (templated), ``["NAME", "NAME=VALUE", ...]``: ``NAME`` passes this
+        Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
+        not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
+        ``AIRFLOW_CONN_*``): see ``ignite_tf.cluster.environment``.
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
     """
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
-                                      "learning_rate", "label_column", "max_restarts", "command", "job_dir")
+                                      "learning_rate", "label_column", "max_restarts", "command", "job_dir", "env")
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
                  learning_rate: float | str | None = None, label_column: str = "label", max_restarts: int | str = 2,
                  startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
-                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0, **kwargs):
+                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
+                 env: list[str] | dict[str, str] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -50,7 +55,7 @@ class TFClusterOperator(IgniteTFOperator):
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
         self.label_column = label_column
         self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
-        self.run_root = run_root
+        self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self._cluster_id: str | None = None
 
@@ -83,7 +88,7 @@ class TFClusterOperator(IgniteTFOperator):
         state = start_cluster(
             self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
             ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
-            cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
+            cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan, env=self.env,
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
