@@ -80,7 +80,7 @@ def test_cli_job_python_is_ignite_tfs_and_gets_no_other_secret(ignite_conn, data
     out = tmp_path / "seen"
     shell = {"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"], **ignite_conn.to_env(),
              "IGNITE_TF_RUN_ROOT": str(tmp_path / "runs"), "AIRFLOW_CONN_OTHER": OTHER_SECRET,
-             "TF_VAR_db_password": OTHER_SECRET, "KEEP_ME": "kept", "TF_CPP_MIN_LOG_LEVEL": "2"}
+             "TF_VAR_db_password": OTHER_SECRET, "KEEP_ME": "kept-value-7f3a", "TF_CPP_MIN_LOG_LEVEL": "2"}
     ignite_tf = str(Path(sys.executable).with_name("ignite-tf"))
     done = subprocess.run([ignite_tf, "start", "--workers", "1", "--id", "env-cli", "--env", "KEEP_ME",
                            "--env", "SET_ME=given", data_cache, str(JOBS), "python", "envjob.py", str(out), "0"],
@@ -90,12 +90,13 @@ def test_cli_job_python_is_ignite_tfs_and_gets_no_other_secret(ignite_conn, data
     assert os.path.dirname(seen["executable"]) == VENV_BIN and seen["path"][0] == VENV_BIN
     assert seen["has_ignite_tf"]
     env = seen["environ"]
-    assert env["KEEP_ME"] == "kept" and env["SET_ME"] == "given"
+    assert env["KEEP_ME"] == "kept-value-7f3a" and env["SET_ME"] == "given"
     assert "AIRFLOW_CONN_OTHER" not in env and "TF_VAR_db_password" not in env
     assert not [k for k, v in env.items() if "0ther-c0nn-s3cret" in v]
     assert env["IGNITE_TF_ADDRESSES"] == ignite_conn.addresses_str  # the connection the task reads data with
     cluster = json.loads((tmp_path / "runs" / "env-cli" / "cluster.json").read_text())
-    assert cluster["pass_env"] == ["KEEP_ME"] and "kept" not in json.dumps(cluster)
+    assert cluster["pass_env"] == ["KEEP_ME"] and cluster["env"] == {"SET_ME": "given"}
+    assert "kept-value-7f3a" not in json.dumps(cluster)  # a passed value is never written down
     missing = subprocess.run([ignite_tf, "start", "--env", "NOT_SET_ANYWHERE", data_cache, str(JOBS), "python",
                               "envjob.py", str(out), "0"], env=shell, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "NOT_SET_ANYWHERE not set in this environment" in missing.stderr
