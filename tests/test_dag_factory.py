@@ -201,6 +201,14 @@ def _bad_cache_name(s):
     s["cache"] = "my-cache"
 
 
+def _env_tf_config(s):
+    s["training"]["env"] = ["KEEP_ME", "TF_CONFIG={}"]
+
+
+def _env_bad_name(s):
+    s["training"]["env"] = ["1NAME"]
+
+
 @pytest.mark.parametrize("mutate, field, allowed", [
     (_unknown_key, "training.wokers", "allowed keys: "),
     (_wrong_type, "training.epochs", "expected an integer"),
@@ -217,6 +225,8 @@ def _bad_cache_name(s):
     (_inference_without_publish, "inference", "needs a publish section"),
     (_threshold_order, "publish.thresholds.accuracy", "above max"),
     (_bad_cache_name, "cache", "SQL identifier"),
+    (_env_tf_config, "training.env", "TF_CONFIG is set by the launcher"),
+    (_env_bad_name, "training.env", "'1NAME' is not NAME or NAME=VALUE"),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else None)
 def test_bad_spec_names_file_field_and_what_is_allowed(tmp_path, mutate, field, allowed):
     spec = base_spec(tmp_path)
@@ -229,6 +239,19 @@ def test_bad_spec_names_file_field_and_what_is_allowed(tmp_path, mutate, field, 
     assert str(path) in message and raised.value.file == str(path)
     assert raised.value.field == field, message
     assert f"{field}: " in message and allowed in message, message
+
+
+def test_training_env_reaches_the_train_task(tmp_path):
+    from ignite_tf.dags.factory import build_dag, render
+
+    spec = base_spec(tmp_path)
+    spec["training"]["env"] = ["WANDB_API_KEY", "MY_FLAG=1"]
+    path = tmp_path / "env.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    config = parse_spec(path)
+    assert config.training.env == ("WANDB_API_KEY", "MY_FLAG=1")
+    dag = build_dag(render(config)[0])
+    assert dag.get_task("train").env == ["WANDB_API_KEY", "MY_FLAG=1"]
 
 
 def test_all_schema_problems_are_reported_at_once(tmp_path):

@@ -1,15 +1,16 @@
 """``ignite-tf``: TensorFlow clusters over Ignite caches, with the commands of Apache Ignite's TensorFlow tool.
 
     ignite-tf start [-c CFG] [--mode sync|async] [--workers N] [--ps M] [--max-restarts K] [--detach]
-                    CACHE_NAME JOB_DIR JOB_CMD [JOB_ARGS...]
+                    [--env NAME[=VALUE]]... CACHE_NAME JOB_DIR JOB_CMD [JOB_ARGS...]
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
-    ignite-tf ps [-c CFG]
+    ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
     ignite-tf load [-c CFG] CACHE_NAME FILE [--key COLUMN]
 
 ``-c`` is a connection file (JSON/YAML with ``addresses``, ``username``, ``password``...) or an Airflow
-connection id; without it ``IGNITE_TF_ADDRESSES`` is used. With a connection, cluster state lives in Ignite
-(any machine can list and stop clusters); without one, in a local state directory.
+connection id; without it ``IGNITE_TF_ADDRESSES``, and without that the thin client's default
+127.0.0.1:10800, as Ignite's own tools do. Cluster state lives in Ignite (system caches), so any machine
+with the connection can list and stop clusters.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from pathlib import Path
 
 from ignite_tf import __version__
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
+from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
 from ignite_tf.errors import IgniteTFError
 
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", help="connection file (JSON/YAML) or Airflow connection id")
+    common.add_argument("-c", "--config",
+                        help=f"connection file (JSON/YAML) or Airflow connection id (default: ${ENV_ADDRESSES}, "
+                             f"else {DEFAULT_ADDRESS}, the thin client's default)")
     common.add_argument("-V", "--version", action="version", version=f"ignite-tf {__version__}")
     return common
 
@@ -52,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                             f"is a failure; 0 turns the watchdog off (default {DEFAULT_PROGRESS_TIMEOUT_S:.0f})")
     start.add_argument("--id", dest="cluster_id", help="cluster id (default: generated)")
     start.add_argument("--detach", action="store_true", help="print the cluster id and return at once")
+    start.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
+                       help="give every task this variable (repeatable): NAME passes this shell's value, NAME=VALUE "
+                            "sets one (recorded in the run folder: not for secrets); tasks get only the runtime's "
+                            "variables otherwise")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     start.add_argument("job_cmd", metavar="JOB_CMD", help="command run in JOB_DIR by every worker (sync) or the chief")
@@ -62,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", parents=[common], help="stream a running cluster's output")
     attach.add_argument("cluster_id", metavar="CLUSTER_ID")
     attach.add_argument("--from-start", action="store_true", help="print the output from its beginning")
-    ps = sub.add_parser("ps", parents=[common], help="list clusters")
+    ps = sub.add_parser("ps", parents=[common], help="list clusters, or the tasks of one")
     ps.add_argument("-a", "--all", action="store_true", help="include finished clusters")
+    ps.add_argument("cluster_id", metavar="CLUSTER_ID", nargs="?",
+                    help="list this cluster's tasks: pid, state, exit, log file, and its run folder")
 
     load = sub.add_parser("load", parents=[common], help="load a CSV or Parquet file into a cache")
     load.add_argument("cache", metavar="CACHE_NAME")
@@ -87,7 +97,7 @@ def _non_negative(text: str) -> int:
 
 
 def connection(config: str | None):
-    """-c FILE, -c AIRFLOW_CONN_ID, or the environment; None when nothing is configured."""
+    """-c FILE, -c AIRFLOW_CONN_ID, the environment, else the thin client's default address."""
     from ignite_tf.connection import IgniteConnectionConfig
 
     if config:
@@ -98,7 +108,7 @@ def connection(config: str | None):
         from ignite_tf.hooks.ignite import IgniteHook
 
         return IgniteHook(config).get_config()
-    return IgniteConnectionConfig.from_env()
+    return IgniteConnectionConfig.from_env() or IgniteConnectionConfig.default()
 
 
 def _launcher(conn):
@@ -116,7 +126,7 @@ def cmd_start(args, conn) -> int:
     state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
                           max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
                           cluster_id=args.cluster_id, launcher=launcher, restart_policy=args.restart_policy,
-                          progress_timeout_s=args.progress_timeout)
+                          progress_timeout_s=args.progress_timeout, env=args.env)
     print(state.cluster_id, flush=True)
     if args.detach:
         return 0
@@ -150,28 +160,62 @@ def cmd_attach(args, conn) -> int:
 
 def cmd_ps(args, conn) -> int:
     launcher = _launcher(conn)
-    states = launcher.store.list()
+    if args.cluster_id:
+        return _ps_tasks(launcher, launcher.status(args.cluster_id))
     rows = []
-    for s in states:
-        alive = launcher.is_alive(s)
+    for s in launcher.store.list():
+        alive = _observe(launcher, s)
         if not args.all and not alive:
             continue
-        status = s.status.value if (alive or s.status.final) else "lost"
-        running = sum(1 for t in s.tasks if t.state in ("starting", "running"))
-        rows.append((s.cluster_id, s.cache, s.mode, f"{running}/{len(s.tasks)}", status, str(s.restarts),
+        running = sum(1 for t in s.tasks if t.live)
+        rows.append((s.cluster_id, s.cache, s.mode, f"{running}/{len(s.tasks)}", _status(s, alive), str(s.restarts),
                      _age(s.age_s)))
-    header = ("CLUSTER ID", "CACHE", "MODE", "TASKS", "STATE", "RESTARTS", "AGE")
+    _table(("CLUSTER ID", "CACHE", "MODE", "TASKS", "STATE", "RESTARTS", "AGE"), rows)
+    return 0
+
+
+def _ps_tasks(launcher, state) -> int:
+    """One cluster: a header, then a row per task; the chief's row carries the last reported epoch."""
+    alive = _observe(launcher, state)
+    where = f"pid {state.supervisor_pid} on {state.supervisor_host}" if state.supervisor_pid else "not recorded"
+    print(f"cluster {state.cluster_id}: {_status(state, alive)}, {state.mode} mode, cache {state.cache}, "
+          f"restarts {state.restarts}, age {_age(state.age_s)}")
+    if state.reason:
+        print(f"reason: {state.reason}")
+    print(f"run folder: {state.run_dir}")
+    print(f"supervisor: {where}")
+    last = state.last_epoch
+    rows = []
+    for t in state.tasks:
+        is_chief = t.log == state.chief_log  # the chief alone reports epochs
+        epoch = f"{last['epoch']}/{last.get('epochs', '?')}" if last and is_chief else "-"
+        rows.append((t.role, str(t.index), t.host, str(t.pid or "-"), t.state, str(t.restarts), t.exit_text, epoch,
+                     t.log))
+    _table(("ROLE", "INDEX", "HOST", "PID", "STATE", "RESTARTS", "EXIT", "EPOCH", "LOG"), rows)
+    return 0
+
+
+def _observe(launcher, state) -> bool:
+    """Whether the cluster runs; a cluster whose supervisor was lost shows its tasks as gone."""
+    alive = launcher.is_alive(state)
+    if not alive and not state.status.final:
+        state.mark_lost()
+    return alive
+
+
+def _status(state, alive: bool) -> str:
+    return state.status.value if (alive or state.status.final) else "lost"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return 0
 
 
 def cmd_load(args, conn) -> int:
     from ignite_tf.etl import load
 
-    if conn is None:
-        raise IgniteTFError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
     report = load(conn, args.cache, args.file, key=args.key)
     print(f"loaded {report.rows_written} rows into cache '{report.cache}' in {report.seconds:.1f}s; "
           f"{report.rows_in_cache} rows in the cache")

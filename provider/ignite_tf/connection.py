@@ -18,8 +18,12 @@ from typing import Any
 
 from ignite_tf.errors import ConfigError, IgniteUnavailableError
 
+DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 10800
+DEFAULT_ADDRESS = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+"""Where a client connects when nothing says otherwise: the thin client's own default, like Ignite's tools."""
 ENV_PREFIX = "IGNITE_TF_"
+ENV_ADDRESSES = ENV_PREFIX + "ADDRESSES"
 log = logging.getLogger(__name__)
 _SSL_KEYS = ("ssl_ca_certfile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers")
 
@@ -129,19 +133,29 @@ class IgniteConnectionConfig:
     def from_env(cls, environ: dict[str, str] | None = None) -> IgniteConnectionConfig | None:
         """What the launcher hands to worker processes (``IGNITE_TF_ADDRESSES``, ``IGNITE_TF_PASSWORD``...)."""
         env = os.environ if environ is None else environ
-        if not env.get(ENV_PREFIX + "ADDRESSES"):
+        if not env.get(ENV_ADDRESSES):
             return None
-        data: dict[str, Any] = {"addresses": env[ENV_PREFIX + "ADDRESSES"]}
+        data: dict[str, Any] = {"addresses": env[ENV_ADDRESSES]}
         for name in ("username", "password", *_SSL_KEYS):
             if env.get(ENV_PREFIX + name.upper()):
                 data[name] = env[ENV_PREFIX + name.upper()]
         data["use_ssl"] = env.get(ENV_PREFIX + "USE_SSL", "").lower() in ("1", "true", "yes")
         return cls(**data)
 
+    @classmethod
+    def default(cls) -> IgniteConnectionConfig:
+        """A local node on the thin client's default port, no login (``DEFAULT_ADDRESS``)."""
+        return cls(addresses=DEFAULT_ADDRESS)
+
+    @staticmethod
+    def env_names() -> tuple[str, ...]:
+        """Every variable ``to_env`` may write (a caller replacing a connection clears them all first)."""
+        return tuple(ENV_PREFIX + name.upper() for name in ("addresses", "use_ssl", "username", "password", *_SSL_KEYS))
+
     # -- outputs ---------------------------------------------------------------------------------------
     def to_env(self) -> dict[str, str]:
         """Environment variables that ``from_env`` reads back (contains the password: environment only)."""
-        env = {ENV_PREFIX + "ADDRESSES": self.addresses_str, ENV_PREFIX + "USE_SSL": str(self.use_ssl).lower()}
+        env = {ENV_ADDRESSES: self.addresses_str, ENV_PREFIX + "USE_SSL": str(self.use_ssl).lower()}
         for name in ("username", "password", *_SSL_KEYS):
             value = getattr(self, name)
             if value:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LocalLauncher
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
@@ -48,7 +50,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
                   workers: int | None = None, ps: int = 1, max_restarts: int = 3,
                   startup_deadline_s: float = 120.0, grace_period_s: float = 10.0, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
-                  launcher: Launcher | None = None, env: dict[str, str] | None = None,
+                  launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, restart_policy: RestartPolicy | str | None = None,
                   progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
@@ -60,6 +62,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     :param restart_policy: which failures are restarted (``ignite_tf.cluster.policy.RestartPolicy``; default
         ``exit-code``: signals, statuses >= 128 and the watchdog, not a task's own error).
     :param progress_timeout_s: a task silent this long after its first progress report is a failure (0: off).
+    :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
+        (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
     from ignite_tf.partitions import PartitionMap
     from ignite_tf.shardplan import ShardPlan
@@ -67,6 +71,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
     cluster_id = check_cluster_id(cluster_id) if cluster_id else new_cluster_id()
+    pass_through(parse_env(env)[1])  # a named variable that is not set fails before anything starts
     if "job_dir" in job and not Path(job["job_dir"]).exists():
         raise ConfigError(f"JOB_DIR {job['job_dir']} does not exist")
     launcher = launcher or make_launcher(conn)

@@ -2,7 +2,8 @@
 only use the ``Launcher`` interface, so a Kubernetes launcher can stand in for the local one.
 
 ``LocalLauncher`` (the embedded default) starts a detached supervisor process (see ``supervisor.py``) that
-owns every task; secrets reach it through its environment only, never its command line.
+owns every task; secrets reach it through its environment only, never its command line, and that environment
+is an allowlist (``environment.py``), not the caller's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.errors import IgniteTFError
@@ -55,6 +57,8 @@ class Launcher(ABC):
         if self.is_alive(state):
             return state, True
         state = self.status(cluster_id)
+        if not state.status.final:
+            state.mark_lost()
         return state, False
 
     def is_alive(self, state: ClusterState) -> bool:
@@ -125,11 +129,7 @@ class LocalLauncher(Launcher):
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         spec_path = run_dir / "cluster.json"
         spec.save(spec_path)
-        env = dict(os.environ)
-        env.update(store_to_env(self.store))
-        if self.conn is not None:
-            env.update(self.conn.to_env())
-        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        env = self.supervisor_env(spec)
         with open(run_dir / "logs" / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)], env=env,
@@ -148,6 +148,21 @@ class LocalLauncher(Launcher):
             time.sleep(0.05)
         proc.kill()
         raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
+
+    def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
+        """The supervisor's environment: the runtime's variables, the state store, this launcher's connection
+        and the user's ``pass_env`` variables; nothing else of ours (an Airflow worker's ``AIRFLOW_CONN_*``)."""
+        environ = os.environ if environ is None else environ
+        values = pass_through(spec.pass_env, environ, source=f"cluster {spec.cluster_id}: env")
+        env = minimal_env(environ)
+        if self.conn is not None:
+            for name in self.conn.env_names():  # the launcher's connection, not one left in our environment
+                env.pop(name, None)
+            env.update(self.conn.to_env())
+        env.update(store_to_env(self.store))
+        env.update(values)
+        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        return env
 
     @staticmethod
     def _reap_later(proc: subprocess.Popen) -> None:
@@ -177,6 +192,7 @@ class LocalLauncher(Launcher):
             if state.supervisor_pid and not pid_alive(state.supervisor_pid):
                 # The supervisor died without recording an end; its tasks died with it (PDEATHSIG).
                 state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor gone", time.time()
+                state.mark_lost()
                 self.store.put(state)
                 return state
             time.sleep(0.1)

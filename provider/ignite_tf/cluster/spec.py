@@ -14,11 +14,13 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.errors import ConfigError
 
@@ -40,7 +42,6 @@ ENV_MODE = "IGNITE_TF_MODE"
 ENV_RUN_DIR = "IGNITE_TF_RUN_DIR"
 ENV_CHECKPOINT_DIR = "IGNITE_TF_CHECKPOINT_DIR"
 ENV_TENSORBOARD_DIR = "IGNITE_TF_TENSORBOARD_DIR"
-ENV_STATE_DIR = "IGNITE_TF_STATE_DIR"
 ENV_SHARD_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
 ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
@@ -103,9 +104,13 @@ class ClusterSpec:
     max_restarts: int = 3
     startup_deadline_s: float = 120.0
     grace_period_s: float = 10.0
-    env: dict[str, str] = field(default_factory=dict)  # extra, non-secret environment for every task
     restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
     progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables set in every task, values recorded here (``env`` items ``NAME=VALUE``): never secrets."""
+    pass_env: list[str] = field(default_factory=list)
+    """Names of the launcher's variables passed to every task through the environment only (``env`` items
+    ``NAME``); their values are never written down (see ``environment.py``)."""
 
     def __post_init__(self):
         self.mode = Mode(self.mode)
@@ -169,7 +174,8 @@ class ClusterSpec:
         return {"cluster": self.cluster_dict(), "task": {"type": task.role.value, "index": task.index}}
 
     def task_env(self, task: TaskSpec, attempt: int = 0) -> dict[str, str]:
-        """Non-secret environment of one task; the launcher adds the connection's secrets itself."""
+        """What this spec sets in one task's environment; the supervisor adds the allowlisted rest of its own
+        (the connection, ``pass_env``, PATH...), see ``environment.py``."""
         env = dict(self.env)
         env.update({
             "TF_CONFIG": json.dumps(self.tf_config(task)),
@@ -219,15 +225,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,
                job: dict[str, Any], ps: int = 1, worker_hosts: list[str | None] | None = None,
                shard_plan_path: str | None = None, max_restarts: int = 3, startup_deadline_s: float = 120.0,
-               grace_period_s: float = 10.0, port_for=None, env: dict[str, str] | None = None,
+               grace_period_s: float = 10.0, port_for=None,
+               env: Iterable[str] | Mapping[str, str] | None = None,
                restart_policy: RestartPolicy | str | None = None,
                progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
     :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
     :param port_for: ``(host) -> port``; default a free local port (the local launcher).
+    :param env: ``["NAME", "NAME=VALUE", ...]`` (or a mapping): variables for every task; ``NAME`` passes the
+        launcher's own value.
     """
     check_cluster_id(cluster_id)
+    env_values, pass_env = parse_env(env)
     try:
         mode = Mode(mode)
     except ValueError:
@@ -263,8 +273,9 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
         t.port = port
     return ClusterSpec(cluster_id=cluster_id, cache=cache, mode=mode, tasks=tasks, run_dir=str(run_dir), job=job,
                        shard_plan_path=shard_plan_path, max_restarts=max_restarts,
-                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=dict(env or {}),
-                       restart_policy=RestartPolicy.parse(restart_policy), progress_timeout_s=float(progress_timeout_s))
+                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env_values,
+                       pass_env=list(pass_env), restart_policy=RestartPolicy.parse(restart_policy),
+                       progress_timeout_s=float(progress_timeout_s))
 
 
 def _looks_like_host(value: str) -> bool:

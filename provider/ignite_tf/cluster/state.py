@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -49,14 +50,23 @@ class ExitCode(IntEnum):
     NO_PROGRESS = 6
 
 
+LIVE_TASK_STATES = ("pending", "starting", "running")
+
+
 @dataclass
 class TaskState:
+    """One task as its supervisor last recorded it.
+
+    ``state``: pending, starting, running, then exited, failed, killed; ``gone`` when its supervisor was lost
+    (a task dies with its supervisor). ``exit_code`` is negative when a signal ended the task.
+    """
+
     role: str
     index: int
     host: str
     port: int
     pid: int = 0
-    state: str = "pending"  # pending, starting, running, exited, failed, killed
+    state: str = "pending"
     restarts: int = 0
     exit_code: int | None = None
     log: str = ""
@@ -64,6 +74,22 @@ class TaskState:
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_TASK_STATES
+
+    @property
+    def exit_text(self) -> str:
+        """``0``, ``3``, ``SIGKILL``, or ``-`` while the task has not ended."""
+        if self.exit_code is None:
+            return "-"
+        if self.exit_code < 0:
+            try:
+                return signal.Signals(-self.exit_code).name
+            except ValueError:
+                return f"signal {-self.exit_code}"
+        return str(self.exit_code)
 
 
 @dataclass
@@ -95,6 +121,17 @@ class ClusterState:
     def age_s(self) -> float:
         return (self.finished_at or time.time()) - self.started_at
 
+    def mark_lost(self) -> None:
+        """The supervisor is gone without recording an end: its live tasks are gone with it (PDEATHSIG)."""
+        for t in self.tasks:
+            if t.live:
+                t.state = "gone"
+
+    @property
+    def last_epoch(self) -> dict[str, Any]:
+        """The chief's last epoch report (``epoch``, ``epochs``, metrics...), or {} before the first one."""
+        return self.epochs[-1] if self.epochs else {}
+
     def heartbeat_stale(self, after_s: float = 30.0) -> bool:
         return not self.status.final and time.time() - self.heartbeat > after_s
 
@@ -112,7 +149,7 @@ class ClusterState:
         return {
             "cluster_id": self.cluster_id, "status": self.status.value, "exit_code": self.exit_code,
             "reason": self.reason, "restarts": self.restarts, "epochs": len(self.epochs),
-            "metrics": self.epochs[-1] if self.epochs else {}, "run_dir": self.run_dir,
+            "metrics": self.last_epoch, "run_dir": self.run_dir,
             "seconds": round(self.age_s, 2), "failures": self.failures[-5:],
         }
 

@@ -12,6 +12,8 @@ an Airflow task that defers or a CLI that detaches). It
   parameter server fails; restarted tasks resume from the checkpoint the runtime keeps;
 - stops: on SIGTERM or a stop request in the state store, tasks get SIGTERM and ``grace_period_s`` to
   checkpoint, then SIGKILL; when the chief finishes, parameter servers and remaining tasks are stopped;
+- gives each task an allowlisted environment (``environment.py``): the runtime's variables, the Ignite
+  connection, the user's named ``env`` and ``TF_CONFIG``, with this interpreter's folder first on ``PATH``;
 - records everything in the state store and exits with an ``ExitCode``.
 """
 
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 from ignite_tf import progress
+from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
@@ -97,7 +100,7 @@ class Supervisor:
         progress = Path(self.spec.progress_path(task))
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.unlink(missing_ok=True)  # a new attempt is watched from its own first report
-        env = dict(os.environ)
+        env = minimal_env(os.environ, self.spec.pass_env)
         env.update(self.spec.task_env(task, self.attempt))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
         with open(self.spec.log_path(task), "ab") as log:

@@ -185,7 +185,7 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                   "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
                   "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
                   "restart_policy": training.restart_policy.value, "progress_timeout_s": training.progress_timeout_s,
-                  **job},
+                  **({"env": list(training.env)} if training.env else {}), **job},
                  after=("validation_gate",)),
     ]
     if config.publish is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.errors import ConfigError
@@ -131,8 +132,14 @@ class TrainingConfig:
     """Which failures are restarted: on-failure, exit-code (signals, statuses >= 128, the watchdog), never."""
     progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
     """Seconds a task may go without progress after its first report (0: watchdog off)."""
+    env: tuple[str, ...] = ()
+    """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
 
     def __post_init__(self):
+        try:
+            parse_env(self.env)
+        except ConfigError as exc:
+            _fail("env", str(exc))
         if (self.entry_point is None) == (self.script is None):
             _fail("", "give exactly one of entry_point ('module:function') or script (+ args, job_dir)")
         if self.workers < 1:
@@ -383,7 +390,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             label=t.get("label", "label"), max_restarts=t.get("max_restarts", 2),
             startup_deadline_s=float(t.get("startup_deadline_s", 180.0)),
             restart_policy=RestartPolicy.parse(t.get("restart_policy")),
-            progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)))
+            progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)),
+            env=tuple(t.get("env", ())))
 
     def publish(p):
         registry = p.get("registry") or _expand(DEFAULT_REGISTRY, "publish.registry")

@@ -32,6 +32,10 @@ class TFClusterOperator(IgniteTFOperator):
         statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
     :param progress_timeout_s: a task silent this long after its first progress report fails the cluster
         (0: watchdog off).
+    :param env: variables for every task (templated), ``["NAME", "NAME=VALUE", ...]``: ``NAME`` passes this
+        Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
+        not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
+        ``AIRFLOW_CONN_*``): see ``ignite_tf.cluster.environment``.
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
@@ -39,7 +43,7 @@ class TFClusterOperator(IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy")
+                                      "restart_policy", "env")
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
@@ -47,7 +51,8 @@ class TFClusterOperator(IgniteTFOperator):
                  learning_rate: float | str | None = None, label_column: str = "label", max_restarts: int | str = 2,
                  startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
                  deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
-                 restart_policy: str | None = None, progress_timeout_s: float | None = None, **kwargs):
+                 restart_policy: str | None = None, progress_timeout_s: float | None = None,
+                 env: list[str] | dict[str, str] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -56,7 +61,7 @@ class TFClusterOperator(IgniteTFOperator):
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
         self.label_column = label_column
         self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
-        self.run_root = run_root
+        self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
         self._cluster_id: str | None = None
@@ -92,7 +97,7 @@ class TFClusterOperator(IgniteTFOperator):
             self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
             ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
             cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
-            restart_policy=self.restart_policy or None, **progress,
+            restart_policy=self.restart_policy or None, env=self.env, **progress,
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
