@@ -169,7 +169,7 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     :param cache: name of the cache and of its SQL table (``PUBLIC.<CACHE>``).
     :param source: a pandas DataFrame, or the path of a ``.csv`` or ``.parquet`` file.
     :param schema: column name -> one of COLUMN_TYPES' keys; only these columns are loaded. Default: every
-        column, typed from the data.
+        column, typed from the data; a text column holding both numbers and other text is then refused.
     :param key: an integer column becomes the ``BIGINT PRIMARY KEY``; any other column is hashed into
         ``ROW_KEY`` (see ``hash_keys``). None: ``ROW_KEY`` is a hash of the whole row, so identical rows
         collapse into one entry (counted in ``duplicates_collapsed``).
@@ -178,7 +178,8 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     :param template: Ignite cache template of a new table (``partitioned``, or one in the node config).
     :param client: a connected pyignite ``Client`` to use instead of opening one from ``conn``.
     :param on_batch: called with the report after each batch written (progress logging).
-    :raises LoadError: bad input (nothing written), a table with another schema, or a failed write;
+    :raises LoadError: bad input (nothing written; one error with the first examples of every kind of
+        problem found), a table with another schema, or a failed write;
         ``.report`` says what was written, and running the load again completes it.
     :raises IgniteUnavailableError: no node reachable at ``conn``'s addresses.
     """
