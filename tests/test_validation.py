@@ -48,6 +48,7 @@ CHECKS = [
     "expect_column_values_to_be_of_type(f0)", "expect_column_values_to_not_be_null(f0)",
     "expect_column_values_to_be_between(f0)", "expect_column_values_to_be_of_type(f1)",
     "expect_column_values_to_not_be_null(f1)", "expect_column_values_to_be_of_type(f2)",
+    "expect_column_values_to_not_be_null(f2)",  # f2 is typed float32 without allow_nan: no NaN
     "expect_column_values_to_be_between(f2)", "expect_column_values_to_be_of_type(f3)",
     "expect_column_values_to_not_be_null(f3)", "expect_column_values_to_be_of_type(label)",
     "expect_column_values_to_be_in_set(label)", "expect_column_values_to_be_unique(uid)",
@@ -122,8 +123,34 @@ def test_nans_fail_exactly_the_not_null_expectation(ignite_conn, cache_name, sui
     failure = summary.failures[0]
     assert failure.unexpected_count == 30 and failure.element_count == ROWS
     assert 0 < len(failure.bad_rows) <= 5 and all(b["key"] in set(bad.tolist()) for b in failure.bad_rows)
+    assert all(b["value"] == "NaN" for b in failure.bad_rows)
+    assert "30 of 3000 rows (1.00%) NaN in float column f0" in summary.message()
     # NaN is null, not out of range: between(f0) ignores it.
     assert check(summary, "expect_column_values_to_be_between(f0)").unexpected_count == 0
+
+
+def test_nan_in_a_typed_float_column_fails_unless_the_suite_allows_it(ignite_conn, cache_name, suite):
+    df = clean_frame()
+    bad = df["id"].to_numpy()[5::300]  # 10 rows; f2 has a type and a range, no not_null
+    df.loc[df["id"].isin(bad), "f2"] = np.nan
+    load(ignite_conn, cache_name, df, key="id")
+    results, summary = validate_table(ignite_conn, cache_name, suite)
+    assert failed_labels(summary) == ["expect_column_values_to_not_be_null(f2)"]
+    failure = summary.failures[0]
+    assert failure.unexpected_count == 10 and {b["key"] for b in failure.bad_rows} <= set(bad.tolist())
+    assert check(summary, "expect_column_values_to_be_between(f2)").success  # between alone would let NaN through
+    with pytest.raises(ValidationFailed) as info:
+        gate(summary)
+    message = str(info.value)
+    assert "10 of 3000 rows (0.33%) NaN in float column f2" in message, message
+    assert "allow_nan: true on column f2 accepts them" in message
+    assert f"id={failure.bad_rows[0]['key']}: NaN" in message and "None" not in message
+    data = suite.to_dict()
+    data["columns"]["f2"]["allow_nan"] = True
+    allowed = Suite.from_dict(data)
+    assert allowed.columns["f2"].allow_nan and Suite.from_dict(allowed.to_dict()).columns["f2"].allow_nan
+    _, summary = validate_table(ignite_conn, cache_name, allowed)
+    assert summary.passed, summary.message()
 
 
 def test_out_of_range_labels_fail_exactly_in_set(ignite_conn, cache_name, suite):
@@ -243,8 +270,8 @@ def test_type_check_of_an_object_column_looks_at_each_value():
     df = clean_frame(50)
     df["obj"] = pd.Series(["a"] * 48 + [7, None], dtype=object)
     suite = Suite.from_dict({"name": "x", "columns": {"obj": {"type": "string"}, "f0": {"type": "float32"}}})
-    obj, f0 = validate_frame(df, suite).results
-    assert f0.success and f0.observed_value == "float32"
+    obj, f0, f0_nan = validate_frame(df, suite).results
+    assert f0.success and f0.observed_value == "float32" and f0_nan.success
     assert not obj.success and obj.unexpected_count == 1 and obj.bad_rows == [{"key": 48, "value": 7}]
 
 
@@ -293,6 +320,10 @@ def test_importing_the_module_does_not_import_great_expectations():
      "expect_column_values_to_not_be_null.mostly: mostly must be a number in (0, 1]"),
     ("name: x\ncolumns:\n  f0: {type: float}\n", 3, "columns.f0.type: unknown type 'float'; allowed: float32"),
     ("name: x\ncolumns:\n  f0: {between: [5, 1]}\n", 3, "columns.f0.between: min 5 is greater than max 1"),
+    ("name: x\ncolumns:\n  n: {type: int32, allow_nan: true}\n", 3,
+     "columns.n.allow_nan: applies to a column typed float32 or float64, and this column's type is 'int32'"),
+    ("name: x\ncolumns:\n  f0: {type: float32, allow_nan: yes please}\n", 3,
+     "columns.f0.allow_nan: must be true or false"),
     ("name: x\ncolumns:\n  f0: {type: float32}\n  f0: {type: float32}\n", 4, "key 'f0' appears twice (first on line 3)"),
     ("name: x\nsample_fraction: 0\n", 2, "sample_fraction: must be a number in (0, 1]"),
     ("name: x\nrow_count: {min: 10, most: 3}\n", 2, "row_count.most: unknown key; allowed: min, max"),

@@ -5,7 +5,7 @@
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
     ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
-    ignite-tf load [-c CFG] CACHE_NAME FILE [--key COLUMN]
+    ignite-tf load [-c CFG] [--key COLUMN] [--schema FILE] [--column NAME:TYPE ...] CACHE_NAME FILE
 
 ``-c`` is a connection file (JSON/YAML with ``addresses``, ``username``, ``password``...) or an Airflow
 connection id; without it ``IGNITE_TF_ADDRESSES``, and without that the thin client's default
@@ -79,7 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("cache", metavar="CACHE_NAME")
     load.add_argument("file", metavar="FILE")
     load.add_argument("--key", help="key column (default: a hash of each row)")
+    load.add_argument("--schema", metavar="FILE",
+                      help="JSON/YAML mapping of column -> type (float32, float64, int32, int64, bool, string); "
+                           "only the declared columns (and --key) are loaded")
+    load.add_argument("--column", metavar="NAME:TYPE", action="append", default=[], type=_column_arg,
+                      help="declare one column's type (repeatable; adds to or overrides --schema)")
     return parser
+
+
+def _column_arg(text: str) -> tuple[str, str]:
+    from ignite_tf.etl import COLUMN_TYPES
+
+    name, sep, ctype = text.rpartition(":")
+    if not sep or not name or ctype not in COLUMN_TYPES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    return name, ctype
 
 
 def _positive(text: str) -> int:
@@ -214,11 +228,21 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 
 def cmd_load(args, conn) -> int:
-    from ignite_tf.etl import load
+    from ignite_tf.etl import COLUMN_TYPES, load, read_schema
 
-    report = load(conn, args.cache, args.file, key=args.key)
+    schema = read_schema(args.schema) if args.schema else {}
+    declared = [name.lower() for name, _ in args.column]
+    twice = sorted({n for n in declared if declared.count(n) > 1})
+    if twice:
+        raise IgniteTFError(f"--column declares {', '.join(map(repr, twice))} more than once: keep one")
+    schema = {k.lower(): v for k, v in schema.items()} | {name.lower(): ctype for name, ctype in args.column}
+    report = load(conn, args.cache, args.file, key=args.key, schema=schema or None)
     print(f"loaded {report.rows_written} rows into cache '{report.cache}' in {report.seconds:.1f}s; "
           f"{report.rows_in_cache} rows in the cache")
+    print("columns: " + ", ".join(f"{c} {COLUMN_TYPES[t]}" + (" (key)" if c == report.key_column else "")
+                                  for c, t in report.columns.items()))
+    if report.columns_ignored:
+        print(f"not loaded (not in the schema): {', '.join(report.columns_ignored)}")
     return 0
 
 

@@ -33,19 +33,17 @@ from ignite_tf.etl_encode import _Col, _columnar, _encode, hash_keys, row_hash_k
 from ignite_tf.etl_input import (
     _WIRE,
     COLUMN_TYPES,
+    ROW_KEY,
     SUFFIXES,
     _check_name,
-    _convert,
-    _key_problems,
-    _read_source,
-    _to_arrow,
+    check_input,
     infer_type,
+    read_schema,
 )
 
 __all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "infer_type", "load",
-           "row_hash_keys"]
+           "read_schema", "row_hash_keys"]
 
-ROW_KEY = "row_key"
 _JAVA_TO_TYPE = {w[3]: t for t, w in _WIRE.items()}
 _OP_CACHE_PUT_ALL = 1004
 
@@ -171,7 +169,7 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     :param cache: name of the cache and of its SQL table (``PUBLIC.<CACHE>``).
     :param source: a pandas DataFrame, or the path of a ``.csv`` or ``.parquet`` file.
     :param schema: column name -> one of COLUMN_TYPES' keys; only these columns are loaded. Default: every
-        column, typed from the data.
+        column, typed from the data; a text column holding both numbers and other text is then refused.
     :param key: an integer column becomes the ``BIGINT PRIMARY KEY``; any other column is hashed into
         ``ROW_KEY`` (see ``hash_keys``). None: ``ROW_KEY`` is a hash of the whole row, so identical rows
         collapse into one entry (counted in ``duplicates_collapsed``).
@@ -180,7 +178,8 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     :param template: Ignite cache template of a new table (``partitioned``, or one in the node config).
     :param client: a connected pyignite ``Client`` to use instead of opening one from ``conn``.
     :param on_batch: called with the report after each batch written (progress logging).
-    :raises LoadError: bad input (nothing written), a table with another schema, or a failed write;
+    :raises LoadError: bad input (nothing written; one error with the first examples of every kind of
+        problem found), a table with another schema, or a failed write;
         ``.report`` says what was written, and running the load again completes it.
     :raises IgniteUnavailableError: no node reachable at ``conn``'s addresses.
     """
@@ -210,61 +209,31 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
 
 def _prepare(report: LoadReport, source, schema: dict | None, key: str | None) -> tuple[list[_Col], np.ndarray]:
     """Read, check and convert the whole input; fill the report's input fields. Nothing touches Ignite."""
-    raw, where = _read_source(source, schema)
-    report.source = where
-    columns: dict[str, object] = {}
-    for name, values in raw:
-        if name.lower() in columns:
-            raise LoadError(f"{where}: two columns are named {name!r} to SQL, which ignores case: rename one")
-        columns[name.lower()] = values
-    schema = {str(k).lower(): v for k, v in (schema or {}).items()} or None
-    bad = {k: v for k, v in (schema or {}).items() if v not in COLUMN_TYPES}
-    if bad:
-        raise LoadError(f"schema: unknown type(s) {bad}; use one of {list(COLUMN_TYPES)}")
     key = key.lower() if key else None
-    missing = [c for c in [*(schema or {}), *([key] if key else [])] if c not in columns]
-    if missing:
-        what = "key column" if missing == [key] else "column(s)"
-        raise LoadError(f"{where}: {what} {', '.join(map(repr, missing))} not found; "
-                        f"available: {', '.join(columns) or '(none)'}")
-    names = [*schema, *([key] if key and key not in schema else [])] if schema else list(columns)
-    report.columns_ignored = [c for c in columns if c not in names]
-    for name in names:
-        _check_name(name, "column", where)
-    report.rows_in = rows = len(columns[names[0]]) if names else 0
-    if rows == 0:
-        raise LoadError(f"{where}: the input is empty ({len(names)} columns, no rows): nothing to load")
-    types, arrays = {}, {}
-    for name in names:
-        ctype = (schema or {}).get(name) or infer_type(_to_arrow(columns[name]).type)
-        if ctype is None:
-            raise LoadError(f"{where}: column {name!r} has type {_to_arrow(columns[name]).type}, which cannot be "
-                            f"loaded; convert it, or declare it in schema= as one of {list(COLUMN_TYPES)}")
-        types[name], arrays[name] = ctype, _convert(columns[name], name, ctype, where)
-
-    value_names = [c for c in names if c != key or types[c] not in ("int32", "int64")]
-    if key and types[key] in ("int32", "int64"):
+    try:
+        checked = check_input(source, schema, key)
+    except LoadError as exc:  # refused input: the report says what was read, and that nothing was written
+        report.source, report.rows_in = exc.report.get("source", ""), exc.report.get("rows_in", 0)
+        exc.report = {}
+        raise
+    where, types, arrays = checked.where, checked.types, checked.arrays
+    report.source, report.columns_ignored, report.rows_in = where, checked.ignored, checked.rows
+    integer_key = key is not None and types[key] in ("int32", "int64")
+    value_names = [c for c in types if c != key or not integer_key]
+    if integer_key:
         report.key_mode, report.key_column = "column", key
-        _key_problems(arrays[key], key, where)
         keys = arrays[key].to_numpy(zero_copy_only=False).astype(np.int64)
     else:
         report.key_mode, report.key_column = ("hashed_column" if key else "row_hash"), ROW_KEY
-        if ROW_KEY in names:
-            raise LoadError(f"{where}: column {ROW_KEY!r} is where ignite-tf puts hashed keys: rename it, or "
-                            f"name an integer key column with key=")
-        if key:
-            _key_problems(arrays[key], key, where)
         keys = hash_keys(arrays[key], types[key]) if key else row_hash_keys(arrays, types)
         first = np.sort(np.unique(keys, return_index=True)[1])
-        if len(first) < rows and key:
+        if len(first) < checked.rows and key:
             raise LoadError(f"{where}: two values of key column {key!r} hash to the same key; "
                             f"load with an integer key column instead")
-        if len(first) < rows:
-            report.duplicates_collapsed = rows - len(first)
+        if len(first) < checked.rows:
+            report.duplicates_collapsed = checked.rows - len(first)
             keys = keys[first]
             arrays = {k: v.take(pa.array(first)) for k, v in arrays.items()}
-    if not value_names:
-        raise LoadError(f"{where}: only the key column {key!r} was given; a table needs at least one more column")
     report.columns = {report.key_column: "int64", **{c: types[c] for c in value_names}}
     return [_columnar(arrays[c], c.upper(), types[c]) for c in value_names], keys
 

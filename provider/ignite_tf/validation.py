@@ -237,13 +237,20 @@ def _error(info) -> str | None:
     return None
 
 
+def _shown(value):
+    """A bad row's value as JSON; NaN stays visible as "NaN" (``jsonable`` makes it null, like a missing value)."""
+    if isinstance(value, float | np.floating) and np.isnan(value):
+        return "NaN"
+    return jsonable(value)
+
+
 def _from_gx(r, spec: ExpectationSpec, index: int, key: str, frame: pd.DataFrame, rows: int) -> ExpectationResult:
     res = r.result or {}
     col = spec.column
-    bad = [{"key": jsonable(item.get(key)), "value": jsonable(item.get(col, item.get(key)))}
+    bad = [{"key": jsonable(item.get(key)), "value": _shown(item.get(col, item.get(key)))}
            for item in (res.get("partial_unexpected_index_list") or [])[:SAMPLE_ROWS] if isinstance(item, dict)]
     if not bad:
-        bad = [{"key": None, "value": jsonable(v)} for v in (res.get("partial_unexpected_list") or [])[:SAMPLE_ROWS]]
+        bad = [{"key": None, "value": _shown(v)} for v in (res.get("partial_unexpected_list") or [])[:SAMPLE_ROWS]]
     nonnull = None
     if RECOMBINED.get(spec.type) == "mean" and col in frame.columns:
         nonnull = int(frame[col].notna().sum())

@@ -170,9 +170,11 @@ def _bounds_ok(value, kwargs: dict) -> bool:
     return above and (hi is None or (value < hi if kwargs.get("strict_max") else value <= hi))
 
 
-def _examples(bad_rows: list[dict], key: str, limit: int = 3) -> str:
-    shown = [f"{key}={b['key']}: {b['value']!r}" if b.get("key") is not None else repr(b.get("value"))
-             for b in bad_rows[:limit]]
+def _examples(bad_rows: list[dict], key: str, limit: int = 3, nan: bool = False) -> str:
+    def value(b: dict) -> str:
+        return "NaN" if nan and b.get("value") == "NaN" else repr(b.get("value"))
+
+    shown = [f"{key}={b['key']}: {value(b)}" if b.get("key") is not None else value(b) for b in bad_rows[:limit]]
     return f"; e.g. {', '.join(shown)}" if shown else ""
 
 
@@ -198,8 +200,13 @@ def _merge_one(spec: ExpectationSpec, per_shard: list[tuple[ShardResult, Expecta
         check.failing_shards = [s.shard for s, e in per_shard if e.unexpected_count]
         check.bad_rows = [dict(b, shard=s.shard) for s, e in per_shard for b in e.bad_rows][:SAMPLE_ROWS]
         tolerance = f" (mostly {spec.mostly:g} allows {100 * (1 - spec.mostly):.2f}%)" if spec.mostly < 1 else ""
+        what = "unexpected"
+        if spec.nan:
+            allow = (f"; allow_nan: true on column {spec.column} accepts them" if spec.where.endswith(".type")
+                     else "")
+            what = f"NaN in float column {spec.column} (SQL NULL reads as NaN too{allow})"
         check.detail = (f"{bad} of {domain} {'sampled ' if sampled else ''}rows ({check.unexpected_percent:.2f}%) "
-                        f"unexpected{tolerance}{_examples(check.bad_rows, key)}")
+                        f"{what}{tolerance}{_examples(check.bad_rows, key, nan=spec.nan)}")
         return check
     how = RECOMBINED.get(spec.type)
     observed = [(s, e) for s, e in per_shard if e.observed_value is not None]

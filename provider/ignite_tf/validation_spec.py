@@ -19,6 +19,9 @@ TYPE_LIST_NAMES = {"float32": ["float32"], "float64": ["float64"], "int8": ["int
                    "int16": ["int16", "Int16"], "int32": ["int32", "Int32"], "int64": ["int64", "Int64"],
                    "bool": ["bool", "boolean"]}
 COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list", "column_set")
+# Column types whose values may be NaN (the reader gives SQL NULL in such a column as NaN too).
+FLOAT_TYPES = ("float32", "float64")
+NOT_NULL = "expect_column_values_to_not_be_null"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class ExpectationSpec:
     type: str
     kwargs: dict[str, Any]
     where: str = ""
+    nan: bool = False
+    """Rejects NaN in a float column (GX's null check counts NaN as null): failures are reported as NaN."""
 
     @property
     def column(self) -> str | None:
@@ -58,13 +63,20 @@ class ExpectationSpec:
 
 @dataclass
 class ColumnRules:
-    """Shorthand rules of one column; see the module docstring."""
+    """Shorthand rules of one column; see :mod:`ignite_tf.validation_suite`."""
 
     type: str | list[str] | None = None
     not_null: bool = False
     between: list | None = None
     in_set: list | None = None
     mostly: float | None = None
+    allow_nan: bool = False
+
+    @property
+    def is_float(self) -> bool:
+        """Typed as a float column (every type of a type list a float type)."""
+        types = self.type if isinstance(self.type, list) else [self.type] if self.type else []
+        return bool(types) and all(t in FLOAT_TYPES for t in types)
 
 
 @dataclass
@@ -104,9 +116,13 @@ class Suite:
             elif r.type is not None:
                 out.append(ExpectationSpec("expect_column_values_to_be_of_type",
                                            {"column": col, "type_": TYPES[r.type]}, where + ".type"))
+            # A float column takes no NaN unless allow_nan says so; a strict not_null already checks that.
+            no_nan = r.is_float and not r.allow_nan
+            strict_not_null = r.not_null and (r.mostly is None or r.mostly >= 1)
+            if no_nan and not strict_not_null:
+                out.append(ExpectationSpec(NOT_NULL, {"column": col}, where + ".type", nan=True))
             if r.not_null:
-                out.append(ExpectationSpec("expect_column_values_to_not_be_null", {"column": col, **mostly},
-                                           where + ".not_null"))
+                out.append(ExpectationSpec(NOT_NULL, {"column": col, **mostly}, where + ".not_null", nan=no_nan))
             if r.between is not None:
                 out.append(ExpectationSpec("expect_column_values_to_be_between",
                                            {"column": col, "min_value": r.between[0], "max_value": r.between[1],

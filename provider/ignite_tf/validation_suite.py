@@ -8,9 +8,15 @@ A friendly shorthand for the common rules, plus any Great Expectations expectati
     unique: [id]                  # unique across the whole cache
     columns:
       f0: {type: float32, not_null: true, between: [-10, 10], mostly: 0.99}
+      f1: {type: float64, allow_nan: true}    # NaN accepted (a float column rejects NaN by default)
       label: {type: int32, in_set: [0, 1, 2]}
     expectations:                 # any GX expectation by its snake_case name with its kwargs
       - expect_column_mean_to_be_between: {column: f0, min_value: -1, max_value: 1}
+
+A column typed ``float32``/``float64`` (or a list of only those) fails on NaN unless it says ``allow_nan: true``:
+``between`` and ``in_set`` skip NaN, so without this check a NaN would reach training unnoticed. SQL NULL in
+a float column is read as NaN, so it fails the same way (``not_null`` also rejects NaN). The failure says
+NaN and gives the count and the keys of the first rows.
 
 Errors name the file, the line and the key, and say what is allowed. Column names are case-insensitive
 (Ignite folds unquoted SQL names to upper case; ignite-tf reads them in lower case), so they are lowered.
@@ -37,7 +43,7 @@ from ignite_tf.validation_spec import (
 )
 
 TOP_KEYS = ("name", "description", "sample_fraction", "seed", "row_count", "unique", "columns", "expectations")
-RULES = ("type", "not_null", "between", "in_set", "mostly")
+RULES = ("type", "not_null", "between", "in_set", "mostly", "allow_nan")
 # Kwargs ignite-tf sets itself (result format, batch) or that would hide errors.
 RESERVED_KWARGS = ("id", "batch_id", "result_format", "catch_exceptions", "rendered_content", "windows")
 
@@ -228,10 +234,10 @@ class _Parser:
                     self.fail(rules, key, at, "a type list cannot hold 'string' (GX compares pandas' string "
                                               "dtype only by name): use type: string alone")
                 out.type = list(v) if isinstance(v, list) else v
-            elif key == "not_null":
+            elif key in ("not_null", "allow_nan"):
                 if not isinstance(v, bool):
                     self.fail(rules, key, at, f"must be true or false (got {v!r})")
-                out.not_null = v
+                setattr(out, key, v)
             elif key == "between":
                 ok = isinstance(v, list) and len(v) == 2 and all(x is None or _is_number(x) for x in v)
                 if not ok or v[0] is None and v[1] is None:
@@ -249,6 +255,9 @@ class _Parser:
         if out.mostly is not None and not (out.not_null or out.between is not None or out.in_set is not None):
             self.fail(rules, "mostly", f"{where}.mostly", "applies to not_null, between and in_set, and this "
                                                           "column has none of them")
+        if out.allow_nan and not out.is_float:
+            self.fail(rules, "allow_nan", f"{where}.allow_nan", f"applies to a column typed float32 or float64, "
+                                                                f"and this column's type is {out.type!r}")
         return out
 
     def check_mostly(self, container, key, at: str, v) -> None:

@@ -4,7 +4,11 @@ A DAG file of three lines registers one DAG per spec (and an inference DAG per s
 
     from ignite_tf.dags import load_dags
 
-    load_dags(__file__, "specs/*.yaml", globals())
+    airflow_dags = load_dags(__file__, "specs/*.yaml", globals())
+
+The name ``airflow_dags`` is there for Airflow: with ``[core] dag_discovery_safe_mode`` (on by default) it
+parses only ``.py`` files whose bytes contain both "airflow" and "dag" (any case), and the import line
+alone has no "airflow". ``load_dags`` warns when its file would be skipped that way.
 
 A spec with errors does not hide the others. Airflow records an import error per Python file, and an
 exception here would drop every DAG of the file; so a bad spec is logged and emitted as a
@@ -45,6 +49,7 @@ def load_dags(dag_file: str | Path, pattern: str = "specs/*.yaml", namespace: di
     from ignite_tf.dags.factory import build_dag, render
     from ignite_tf.dags.spec import SpecError, parse_spec
 
+    _warn_if_skipped_by_safe_mode(Path(dag_file))
     folder = Path(dag_file).absolute().parent
     files = sorted(folder.glob(pattern))
     if not files:
@@ -73,3 +78,15 @@ def load_dags(dag_file: str | Path, pattern: str = "specs/*.yaml", namespace: di
     if namespace is not None:
         namespace.update(dags)
     return dags
+
+
+def _warn_if_skipped_by_safe_mode(dag_file: Path) -> None:
+    """Warn when Airflow's safe-mode discovery would not parse ``dag_file`` (its own heuristic decides)."""
+    try:
+        from airflow.utils.file import might_contain_dag
+    except ImportError:  # another Airflow: its own discovery rules apply, nothing to say here
+        return
+    if dag_file.suffix == ".py" and dag_file.is_file() and not might_contain_dag(str(dag_file), safe_mode=True):
+        warnings.warn(f"{dag_file}: Airflow's safe-mode DAG discovery skips this file, as it lacks the words "
+                      f"'airflow' and 'dag'; name the result 'airflow_dags = load_dags(...)' as the README shows",
+                      UserWarning, stacklevel=3)
