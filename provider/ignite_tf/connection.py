@@ -213,12 +213,13 @@ class IgniteConnectionConfig:
             who = f"user {self.username!r}" if self.username else "a client without a username"
             raise AuthenticationFailedError(
                 f"Ignite at {self.addresses_str} refused the login of {who} ({exc}): set the connection's "
-                f"username and password to an Ignite user of this cluster") from None
+                f"username and password (an Airflow connection's Login and Password, the username and password "
+                f"of a -c file, or IGNITE_TF_USERNAME and IGNITE_TF_PASSWORD) to a user of this cluster") from None
         except (ReconnectError, OSError) as exc:
             client.close()
             why = "; ".join(reasons[:2]) or exc.__class__.__name__
             hint = "start the cluster (make ignite-up) or fix the connection's addresses"
-            if any("SSL" in r or "EOF" in r or "reset" in r for r in reasons):
+            if any(word in r for r in reasons for word in ("SSL", "EOF", "reset", "broken")):
                 hint += ", or its TLS settings (use_ssl, ssl_ca_certfile) to match the cluster's"
             raise IgniteUnavailableError(f"no Ignite node reachable at {self.addresses_str} ({why}): {hint}") from None
         # A client that is not partition-aware opens one connection, to the first node that answers: only the
