@@ -20,7 +20,8 @@ from ignite_tf.local_ignite import CONNECTION_FILE, LocalIgniteCluster
 from tests.airflowutil import migrate_db
 from tests.clusterutil import assert_nothing_left
 
-DAGS = Path(__file__).resolve().parents[1] / "dags"
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "dags"
 CLI = [sys.executable, "-m", "ignite_tf.cli"]
 
 
@@ -157,15 +158,37 @@ def secure_airflow(secure_conn, secure_ignite_cluster, tmp_path_factory):
     patch.undo()
 
 
+DAG_TEST = """
+import json, sys
+from pathlib import Path
+from tests.test_airflow_operators import load_dag
+run = load_dag(Path(sys.argv[1])).test(run_conf=json.loads(sys.argv[2]))
+print("DAG TEST RESULT", json.dumps([run.run_id, run.state]))
+"""
+
+
 @pytest.fixture(scope="module")
 def dag_run(secure_airflow, sampler):
-    """The hand-written pipeline (load, partitions, plan, validation, gate, deferred training, publish)."""
-    from tests.test_airflow_operators import load_dag, xcoms
+    """The hand-written pipeline (load, partitions, plan, validation, gate, deferred training, publish).
 
-    dag = load_dag(Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "tabular_handwritten.py")
-    run = dag.test(run_conf={"epochs": 2, "workers": 2, "batch_size": 32, "learning_rate": 0.02})
-    assert run.state == "success", {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
-    return xcoms(dag.dag_id, run.run_id)
+    ``dag.test()`` runs every task in its own process and logs to that process's output: it runs in a
+    subprocess here so that the whole task log lands in ``dag-test.log``. Returns the XCom values.
+    """
+    from tests.test_airflow_operators import xcoms
+
+    dag_file = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "tabular_handwritten.py"
+    conf = {"epochs": 2, "workers": 2, "batch_size": 32, "learning_rate": 0.02}
+    log = secure_airflow / "dag-test.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "-c", DAG_TEST, str(dag_file), json.dumps(conf)], cwd=REPO,
+                              stdout=out, stderr=subprocess.STDOUT, timeout=1500)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-5000:]
+    run_id, state = json.loads(text.rsplit("DAG TEST RESULT", 1)[1].splitlines()[0])
+    assert state == "success", text[-5000:]
+    # The task log is all there: it has the operators' own lines.
+    assert "loaded 3000 rows into tabular_hw" in text
+    return xcoms("ignite_tf_tabular_handwritten", run_id)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +203,8 @@ def cli_run(dag_run, secure_conn, secure_ignite_cluster, secure_airflow, sampler
     def ignite_tf(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=900)
 
-    started = ignite_tf("start", "-c", str(config), "--workers", "2", "--id", "secure-cli", "tabular_hw",
+    started = ignite_tf("start", "-c", str(config), "--workers", "2", "--id", "secure-cli",
+                        "--startup-deadline", "900", "tabular_hw",
                         str(work / "job"), sys.executable, "-m", "ignite_tf.runtime",
                         "--entry-point", "ignite_tf.models:tabular_classifier", "--epochs", "2",
                         "--batch-size", "32", "--label", "label", "--learning-rate", "0.02")
@@ -224,7 +248,7 @@ def test_pipeline_and_cli_job_never_leak_the_password(dag_run, cli_run, sampler,
     assert not sampler.hits, f"password on a command line: {sampler.hits}"
     # XCom values, as Airflow stores and returns them.
     assert secret not in json.dumps(list(dag_run.values()), default=str)
-    # Task logs, the metadata DB, the run folders (logs, specs, checkpoints), the nodes' logs and persistence
+    # Task logs (dag-test.log), the metadata DB, the run folders (logs, specs, checkpoints), the nodes' logs and persistence
     # (the connection file `up` writes for the user is the one place meant to hold it).
     home = Path(os.environ["AIRFLOW_HOME"])
     state = secure_ignite_cluster.state_dir
