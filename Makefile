@@ -3,6 +3,15 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 UV := .venv/bin/uv
 N ?= 2
+# Local Ignite cluster: port base (thin client PORT.., discovery PORT+10.., communication PORT+20..), its state
+# folder (pids, logs, persistence; default ~/.cache/ignite-tf/local-cluster), AUTH=1 / TLS=1 to secure it.
+# Set on the make command line only (`:=`: a PORT in the environment, common elsewhere, is not taken).
+PORT := 10800
+STATE_DIR :=
+AUTH :=
+TLS :=
+YES = $(filter 1 true yes,$(1))
+IGNITE := $(PY) -m ignite_tf.local_ignite_cli $(if $(STATE_DIR),--state-dir $(STATE_DIR))
 STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -17,7 +26,7 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	@test -x $(UV) || .venv/bin/pip install -q uv==0.13.8
 	$(UV) pip sync -q --python $(PY) requirements/lock.txt
 	$(UV) pip install -q --python $(PY) --no-deps -e .
-	$(PY) -m ignite_tf.local_ignite fetch
+	$(PY) -m ignite_tf.local_ignite_cli fetch
 	@touch $(STAMP)
 
 # Re-resolve requirements/requirements.in into the lock (run by hand, then commit the lock).
@@ -51,13 +60,13 @@ lint: setup
 	.venv/bin/ruff check provider tests bench dags plugins
 
 ignite-up: setup
-	$(PY) -m ignite_tf.local_ignite up -n $(N)
+	$(IGNITE) up -n $(N) --port $(PORT) $(if $(call YES,$(AUTH)),--auth) $(if $(call YES,$(TLS)),--tls)
 
 ignite-down: setup
-	$(PY) -m ignite_tf.local_ignite down
+	$(IGNITE) down
 
 ignite-status: setup
-	$(PY) -m ignite_tf.local_ignite status
+	$(IGNITE) status
 
 clean:
 	rm -rf .venv .airflow build dist provider/*.egg-info

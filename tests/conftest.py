@@ -1,8 +1,10 @@
-"""Shared fixtures: a real 2-node Ignite cluster for the whole session, stopped by pid at the end."""
+"""Shared fixtures: a real 2-node Ignite cluster for the whole session, stopped by pid at the end, and a
+secured one (authentication, persistence, TLS) for the modules that ask for it."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 import uuid
 
@@ -19,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
-from ignite_tf.local_ignite import LocalIgniteCluster, pid_alive  # noqa: E402
+from ignite_tf.local_ignite import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +33,27 @@ def ignite_cluster(tmp_path_factory):
     cluster.down()
     left = [p for p in pids if pid_alive(p)]
     assert not left, f"Ignite nodes still running after the session: {left}"
+
+
+@pytest.fixture(scope="module")
+def secure_ignite_cluster(tmp_path_factory):
+    """2 nodes with authentication (hence native persistence) and TLS on the thin-client port.
+
+    A module's own cluster, apart from the fast plain ``ignite_cluster``: user ``ignite`` gets a random
+    password (``cluster.password``), the certificate is made for this cluster (``cluster.tls_files``).
+    Teardown checks that no node and no persistence, certificate or connection file is left.
+    """
+    state = tmp_path_factory.mktemp("ignite-secure")
+    cluster = LocalIgniteCluster.on_free_ports(state, "tests", auth=True, tls=True, die_with_parent=True,
+                                               password=f"ItF-{secrets.token_hex(12)}")
+    cluster.up(2, timeout=600)
+    assert list((state / "work").glob("node-*/db")), "authentication needs persistence in the work folders"
+    yield cluster
+    pids = [n.pid for n in cluster.nodes]
+    cluster.down()
+    assert not [p for p in pids if pid_alive(p)], f"secured Ignite nodes still running: {pids}"
+    left = [name for name in ("work", "tls", CONNECTION_FILE) if (state / name).exists()]
+    assert not left, f"{state}: {left} left after down"
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ignite_tf.errors import ConfigError, IgniteUnavailableError
+from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteUnavailableError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 10800
@@ -28,16 +29,38 @@ log = logging.getLogger(__name__)
 _SSL_KEYS = ("ssl_ca_certfile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers")
 
 
+class _Reasons(logging.Handler):
+    """Keeps the first message of each kind that pyignite logs about a failed connection."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        text = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
+        if text not in self.reasons:
+            self.reasons.append(text)
+
+
 @contextmanager
 def quiet_pyignite():
-    """Silence pyignite's traceback per refused connection; callers report unreachable nodes themselves."""
+    """Silence pyignite's traceback per refused connection; callers report unreachable nodes themselves.
+
+    Yields the list of reasons pyignite gave (refused, TLS handshake or certificate failures...).
+    """
     logger = logging.getLogger("pyignite.connection")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    level, propagate = logger.level, logger.propagate
+    handler = _Reasons()
+    logger.addHandler(handler)
+    logger.setLevel(logging.ERROR)
+    logger.propagate = False
     try:
-        yield
+        yield handler.reasons
     finally:
+        logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def parse_addresses(value: str | list | tuple, *, source: str = "addresses") -> tuple[tuple[str, int], ...]:
@@ -185,6 +208,9 @@ class IgniteConnectionConfig:
             for key in _SSL_KEYS:
                 if getattr(self, key):
                     kwargs[key] = getattr(self, key)
+            if self.ssl_ca_certfile:
+                # pyignite ignores the server's certificate unless told otherwise, even with a CA file.
+                kwargs["ssl_cert_reqs"] = ssl.CERT_REQUIRED
         return kwargs
 
     def client(self, partition_aware: bool = True):
@@ -194,15 +220,22 @@ class IgniteConnectionConfig:
 
         client = Client(**self.client_kwargs(partition_aware))
         try:
-            with quiet_pyignite():
+            with quiet_pyignite() as reasons:
                 client.connect(list(self.addresses))
         except AuthenticationError as exc:
-            raise IgniteUnavailableError(
-                f"Ignite at {self.addresses_str} refused the login of user {self.username!r}: {exc}") from None
+            client.close()
+            who = f"user {self.username!r}" if self.username else "a client without a username"
+            raise AuthenticationFailedError(
+                f"Ignite at {self.addresses_str} refused the login of {who} ({exc}): set the connection's "
+                f"username and password (an Airflow connection's Login and Password, the username and password "
+                f"of a -c file, or IGNITE_TF_USERNAME and IGNITE_TF_PASSWORD) to a user of this cluster") from None
         except (ReconnectError, OSError) as exc:
-            raise IgniteUnavailableError(
-                f"no Ignite node reachable at {self.addresses_str} ({exc.__class__.__name__}): "
-                f"start the cluster (make ignite-up) or fix the connection's addresses") from None
+            client.close()
+            why = "; ".join(reasons[:2]) or exc.__class__.__name__
+            hint = "start the cluster (make ignite-up) or fix the connection's addresses"
+            if any(word in r for r in reasons for word in ("SSL", "EOF", "reset", "broken")):
+                hint += ", or its TLS settings (use_ssl, ssl_ca_certfile) to match the cluster's"
+            raise IgniteUnavailableError(f"no Ignite node reachable at {self.addresses_str} ({why}): {hint}") from None
         # A client that is not partition-aware opens one connection, to the first node that answers: only the
         # nodes before that one were found down.
         tried = client._nodes if partition_aware else client._nodes[:client._current_node]

@@ -15,6 +15,10 @@ class IgniteUnavailableError(IgniteTFError, ConnectionError):
     """No Ignite node could be reached at the configured addresses."""
 
 
+class AuthenticationFailedError(ConfigError):
+    """Ignite refused the connection's username and password (a wrong setting, never worth a retry)."""
+
+
 class CacheNotFoundError(IgniteTFError, LookupError):
     """The named cache does not exist on the cluster."""
 

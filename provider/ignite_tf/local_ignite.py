@@ -1,31 +1,48 @@
 """Real Apache Ignite 2.x server nodes as local JVM processes (``make ignite-up``, the test fixtures).
 
-The jars come from Maven Central through Maven (``docker/ignite/pom.xml``) into a cache outside the
-repository (``$IGNITE_TF_HOME``, default ``~/.cache/ignite-tf``) and are reused on the next run. Each node
-gets its own thin-client, discovery and communication port, a small heap and the JVM options Java 17
-needs; the cluster's pids and ports are kept in a state file so another process can stop it by pid.
-Ports and pids are handled in :mod:`ignite_tf.local_procs`.
+A cluster owns a state folder (``cluster.json`` with its pids and ports, node logs, work folders) and a block
+of 30 ports from its port base P: thin client P..P+9 (node i on P+i), discovery P+10..P+19, communication
+P+20..P+29. Two clusters with different state folders and port blocks never touch each other: ``down`` stops
+the pids recorded in its own state folder only, and ``up`` refuses a block with a port in use, since a
+foreign node inside the discovery range would merge the two clusters. The JVM side (jars, java, options) is
+in :mod:`ignite_tf.local_jvm`, ports and pids in :mod:`ignite_tf.local_procs`.
 
-    python -m ignite_tf.local_ignite up -n 2      # returns when the topology has 2 server nodes
-    python -m ignite_tf.local_ignite status
-    python -m ignite_tf.local_ignite down
+Optionally, as a secured production cluster would run:
+
+- ``auth``: authentication on. Ignite 2.x needs native persistence for it, so the data region is persisted
+  under the state folder's ``work/``; the cluster is activated once every node takes a login, then the
+  password of user ``ignite`` is changed from Ignite's default to the one given (through SQL, so it is never
+  on a command line). The readiness check logs in; a refused login fails at once, naming the user.
+- ``tls``: the thin-client port speaks TLS only, with a certificate made for this cluster in ``tls/``
+  (:mod:`ignite_tf.local_tls`); clients verify it (``ssl_ca_certfile``).
+
+``connection.json`` in the state folder (mode 600: it holds the password) is a connection file for
+``ignite-tf -c``. ``down`` removes it with the work folders (persistence files) and certificates.
+
+    python -m ignite_tf.local_ignite up -n 2 [--port 10800] [--state-dir DIR] [--auth] [--tls]
+    python -m ignite_tf.local_ignite status [--state-dir DIR]
+    python -m ignite_tf.local_ignite down [--state-dir DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
+from ignite_tf.local_jvm import (
+    CONF_DIR,
+    JAVA17_OPTS,
+    ensure_jars,
+    java_binary,
+    keytool_binary,
+)
 from ignite_tf.local_procs import (
     MAX_NODES,
     PORT_RANGES,
@@ -36,90 +53,15 @@ from ignite_tf.local_procs import (
     pid_alive,
     port_free,
 )
+from ignite_tf.local_tls import TlsFiles, make_certificates
 
-IGNITE_HOME = Path(os.environ.get("IGNITE_TF_HOME", Path.home() / ".cache" / "ignite-tf"))
-# docker/ignite of the source tree (pom.xml, ignite-node.xml); overridable for installed copies.
-CONF_DIR = Path(os.environ.get("IGNITE_TF_IGNITE_CONF", Path(__file__).resolve().parents[2] / "docker" / "ignite"))
-
-# Ignite 2.x on Java 17 needs these packages opened (the list Ignite's own ignite.sh passes).
-JAVA17_OPTS = [
-    f"--add-opens={m}=ALL-UNNAMED"
-    for m in (
-        "java.base/jdk.internal.access",
-        "java.base/jdk.internal.misc",
-        "java.base/sun.nio.ch",
-        "java.base/sun.util.calendar",
-        "java.management/com.sun.jmx.mbeanserver",
-        "jdk.internal.jvmstat/sun.jvmstat.monitor",
-        "java.base/sun.reflect.generics.reflectiveObjects",
-        "jdk.management/com.sun.management.internal",
-        "java.base/java.io",
-        "java.base/java.nio",
-        "java.base/java.net",
-        "java.base/java.util",
-        "java.base/java.util.concurrent",
-        "java.base/java.util.concurrent.locks",
-        "java.base/java.util.concurrent.atomic",
-        "java.base/java.lang",
-        "java.base/java.lang.invoke",
-        "java.base/java.math",
-        "java.sql/java.sql",
-        "java.base/java.lang.reflect",
-        "java.base/java.time",
-        "java.base/java.text",
-        "java.management/sun.management",
-        "java.desktop/java.awt.font",
-    )
-]
-
-
-def ignite_version() -> str:
-    """The Ignite version pinned in docker/ignite/pom.xml."""
-    text = (CONF_DIR / "pom.xml").read_text()
-    match = re.search(r"<ignite.version>([^<]+)</ignite.version>", text)
-    if not match:
-        raise ConfigError(f"{CONF_DIR / 'pom.xml'}: no <ignite.version> property")
-    return match.group(1)
-
-
-def ensure_jars(quiet: bool = False) -> Path:
-    """Return the folder of Ignite jars, fetching them with Maven the first time."""
-    version = ignite_version()
-    libs = IGNITE_HOME / f"ignite-{version}" / "libs"
-    if (libs / ".complete").exists():
-        return libs
-    if shutil.which("mvn") is None:
-        raise IgniteTFError("Maven (mvn) is needed to fetch the Ignite jars: install it (apt-get install maven)")
-    tmp = libs.with_name(f"libs.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if not quiet:
-        print(f"fetching Apache Ignite {version} jars from Maven Central into {libs} ...", flush=True)
-    cmd = ["mvn", "-q", "-B", "-f", str(CONF_DIR / "pom.xml"), "dependency:copy-dependencies",
-           f"-DoutputDirectory={tmp}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise IgniteTFError(f"mvn could not fetch the Ignite jars (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
-    (tmp / ".complete").write_text(version)
-    # Rename so that a half-done download is never taken for a complete one.
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    if libs.exists() and not (libs / ".complete").exists():
-        shutil.rmtree(libs, ignore_errors=True)  # left by an interrupted run
-    try:
-        tmp.rename(libs)
-    except OSError:  # another process got there first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return libs
-
-
-def java_binary() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return str(Path(java_home) / "bin" / "java")
-    java = shutil.which("java")
-    if java is None:
-        raise IgniteTFError("java is not on PATH: install a JDK 11 or 17 (apt-get install openjdk-17-jre-headless)")
-    return java
+DEFAULT_PORT = 10800
+# Ignite creates this user, with this password, when an authenticated cluster is first activated.
+IGNITE_USER = "ignite"
+IGNITE_DEFAULT_PASSWORD = "ignite"
+STATE_FILE = "cluster.json"
+CONNECTION_FILE = "connection.json"
+_SECURE_PARTS = ("work", "tls", CONNECTION_FILE)  # what `down` removes besides the nodes
 
 
 @dataclass
@@ -141,41 +83,55 @@ class Node:
 class LocalIgniteCluster:
     """N Ignite server nodes on localhost, tracked by pid in ``state_dir/cluster.json``.
 
-    :param state_dir: where the state file, node logs and work directories go.
-    :param client_port: thin-client port of node 0; node i listens on ``client_port + i``.
-    :param disco_port: discovery port of node 0 (the cluster uses ``disco_port .. disco_port + 9``).
-    :param comm_port: communication port of node 0.
+    :param state_dir: where the state file, node logs, work folders and certificates go.
+    :param client_port: the port base: thin-client port of node 0 (node i listens on ``client_port + i``).
+    :param disco_port: discovery port of node 0 (default ``client_port + 10``; the cluster searches 10 ports).
+    :param comm_port: communication port of node 0 (default ``client_port + 20``).
     :param heap_mb: JVM heap of each node.
-    :param region_mb: off-heap data region of each node.
+    :param region_mb: data region of each node (persisted when ``auth``).
     :param die_with_parent: nodes get SIGKILL when the process that started them dies (tests).
+    :param auth: authentication on (and native persistence, which Ignite 2.x needs for it).
+    :param tls: TLS on the thin-client port, with a certificate made for this cluster.
+    :param password: password of user ``ignite`` when ``auth`` (default: Ignite's own, ``ignite``).
     """
 
     state_dir: Path
-    client_port: int = 10800
-    disco_port: int = 47500
-    comm_port: int = 47100
+    client_port: int = DEFAULT_PORT
+    disco_port: int | None = None
+    comm_port: int | None = None
     heap_mb: int = 512
     region_mb: int = 512
     die_with_parent: bool = False
+    auth: bool = False
+    tls: bool = False
+    password: str | None = field(default=None, repr=False)
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self):
         self.state_dir = Path(self.state_dir)
+        self.disco_port = self.disco_port or self.client_port + MAX_NODES
+        self.comm_port = self.comm_port or self.client_port + 2 * MAX_NODES
+        if self.password and not self.auth:
+            raise ConfigError("a password is only used with auth=True (authentication on)")
         self._procs: dict[int, subprocess.Popen] = {}
-        state = self.state_dir / "cluster.json"
+        state = self.state_dir / STATE_FILE
         if state.exists():
             data = json.loads(state.read_text())
             self.nodes = [Node(**n) for n in data.get("nodes", [])]
 
-    # -- state ---------------------------------------------------------------------------------------
-    def _save(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_dir / "cluster.json.tmp"
-        tmp.write_text(json.dumps({
-            "client_port": self.client_port, "disco_port": self.disco_port, "comm_port": self.comm_port,
-            "nodes": [asdict(n) for n in self.nodes],
-        }, indent=2))
-        tmp.replace(self.state_dir / "cluster.json")
+    @classmethod
+    def from_state(cls, state_dir) -> LocalIgniteCluster:
+        """The cluster recorded in ``state_dir`` (ports, security, nodes), as ``up`` left it."""
+        state_dir = Path(state_dir)
+        try:
+            data = json.loads((state_dir / STATE_FILE).read_text())
+        except FileNotFoundError:
+            return cls(state_dir)
+        settings = {k: data[k] for k in ("client_port", "disco_port", "comm_port", "auth", "tls") if k in data}
+        cluster = cls(state_dir, **settings)
+        if cluster.auth and (state_dir / CONNECTION_FILE).exists():
+            cluster.password = json.loads((state_dir / CONNECTION_FILE).read_text()).get("password")
+        return cluster
 
     @classmethod
     def on_free_ports(cls, state_dir, purpose: str = "tests", **kwargs) -> LocalIgniteCluster:
@@ -183,18 +139,48 @@ class LocalIgniteCluster:
         client_port, disco_port, comm_port = free_port_bases(*PORT_RANGES[purpose])
         return cls(state_dir, client_port=client_port, disco_port=disco_port, comm_port=comm_port, **kwargs)
 
+    # -- state ---------------------------------------------------------------------------------------
+    def _save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_dir / f"{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps({
+            "client_port": self.client_port, "disco_port": self.disco_port, "comm_port": self.comm_port,
+            "auth": self.auth, "tls": self.tls, "nodes": [asdict(n) for n in self.nodes],
+        }, indent=2))
+        tmp.replace(self.state_dir / STATE_FILE)
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(self.state_dir / "tls")
+
     @property
     def addresses(self) -> list[str]:
         return [n.address for n in self.nodes if pid_alive(n.pid)]
 
-    def connection(self):
-        """An IgniteConnectionConfig to every live node."""
+    def connection(self, nodes: list[Node] | None = None, timeout: float = 30.0):
+        """An IgniteConnectionConfig to every live node (or to ``nodes``), with this cluster's login and TLS."""
         from ignite_tf.connection import IgniteConnectionConfig
 
-        return IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in self.live_nodes()))
+        nodes = self.live_nodes() if nodes is None else nodes
+        security: dict = {}
+        if self.auth:
+            security.update(username=IGNITE_USER, password=self.password or IGNITE_DEFAULT_PASSWORD)
+        if self.tls:
+            security.update(use_ssl=True, ssl_ca_certfile=str(self.tls_files.ca_certfile))
+        return IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in nodes),
+                                      timeout=timeout, **security)
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes if pid_alive(n.pid)]
+
+    def _write_connection_file(self) -> Path:
+        path = self.state_dir / CONNECTION_FILE
+        conn = self.connection(self.nodes)
+        data = {**{k: v for k, v in asdict(conn).items() if v not in (None, False)}, "addresses": conn.addresses_str}
+        path.unlink(missing_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(data, indent=2))
+        return path
 
     # -- start ---------------------------------------------------------------------------------------
     def _command(self, node: Node, libs: Path) -> list[str]:
@@ -207,6 +193,8 @@ class LocalIgniteCluster:
             "ignitetf.commPort": node.comm_port,
             "ignitetf.regionMb": self.region_mb,
             "ignitetf.workDir": str(self.state_dir / "work" / node.instance),
+            "ignitetf.auth": str(self.auth).lower(),
+            **({"ignitetf.tlsDir": str(self.tls_files.folder)} if self.tls else {}),
             "IGNITE_HOME": str(self.state_dir),  # else Ignite writes ./ignite/work into the caller's cwd
             "IGNITE_QUIET": "true",
             "IGNITE_UPDATE_NOTIFIER": "false",
@@ -236,7 +224,7 @@ class LocalIgniteCluster:
             if not port_free(port):
                 raise IgniteTFError(
                     f"port {port} for Ignite {node.instance} is in use: stop what holds it "
-                    f"(make ignite-down) or choose other ports")
+                    f"(make ignite-down STATE_DIR=...) or choose another port base (PORT=...)")
         Path(node.log).parent.mkdir(parents=True, exist_ok=True)
         preexec = _die_with_parent if self.die_with_parent else None
         with open(node.log, "ab") as log:
@@ -251,26 +239,41 @@ class LocalIgniteCluster:
         self._save()
         return node
 
+    def _check_discovery_range(self) -> None:
+        """A node of another cluster inside this one's discovery range would join it: refuse such a block."""
+        taken = [p for p in range(self.disco_port, self.disco_port + MAX_NODES) if not port_free(p)]
+        if taken:
+            raise IgniteTFError(
+                f"discovery port(s) {taken} of the block {self.client_port}..{self.client_port + 3 * MAX_NODES - 1} "
+                f"are in use (another Ignite cluster?): choose a port base at least {3 * MAX_NODES} ports away")
+
     def up(self, n: int = 2, timeout: float = 180) -> list[Node]:
-        """Start ``n`` server nodes and return once the topology holds all of them."""
+        """Start ``n`` server nodes and return once the topology holds all of them (activated, with auth)."""
         if n < 1:
             raise ConfigError(f"N must be at least 1 (got {n})")
         if self.live_nodes():
             raise IgniteTFError(
                 f"a local Ignite cluster is already running from {self.state_dir} "
                 f"(pids {[x.pid for x in self.live_nodes()]}): run `make ignite-down` first")
+        self._check_discovery_range()
+        self._remove_files()  # persistence or certificates left by a cluster that was not stopped by `down`
+        if self.tls:
+            make_certificates(self.tls_files.folder, keytool_binary())
         self.nodes = []
-        for i in range(n):
-            self._spawn(i)
         try:
+            for i in range(n):
+                self._spawn(i)
             self.wait_for_topology(n, timeout)
         except BaseException:
             self.down()
             raise
+        self._write_connection_file()
         return self.nodes
 
     def add_node(self, timeout: float = 120) -> Node:
-        """Start one more server node and wait until it has joined."""
+        """Start one more server node and wait until it has joined (not with ``auth``: see the README)."""
+        if self.auth:
+            raise ConfigError("a persisted (auth) local cluster has a fixed baseline: start it with all its nodes")
         index = max((x.index for x in self.nodes), default=-1) + 1
         node = self._spawn(index)
         self.wait_for_topology(len(self.live_nodes()), timeout)
@@ -282,35 +285,75 @@ class LocalIgniteCluster:
         _kill_and_wait(node.pid, sig, wait, self._procs.get(node.pid))
 
     # -- wait ----------------------------------------------------------------------------------------
+    def _login(self, node: Node, password: str | None = None):
+        """A connected thin client to one node, or None while the node cannot be reached yet.
+
+        :raises AuthenticationFailedError: the node refused the login (never worth waiting for).
+        """
+        conn = self.connection([node], timeout=5)
+        if password is not None:
+            conn = replace(conn, password=password)
+        try:
+            return conn.client(partition_aware=False)
+        except AuthenticationFailedError:
+            raise
+        except IgniteTFError:  # node still starting
+            return None
+
     def server_count(self, node: Node | None = None) -> int:
         """Server nodes in the topology as seen through one node's thin client (default: the first live one)."""
-        from pyignite import Client
-
-        from ignite_tf.connection import quiet_pyignite
+        from ignite_tf.hooks.ignite import SERVER_NODES_SQL
 
         for candidate in [node] if node else self.live_nodes():
-            client = Client(timeout=5)
+            client = self._login(candidate)
+            if client is None:
+                continue
             try:
-                with quiet_pyignite():
-                    client.connect("127.0.0.1", candidate.client_port)
-                with client.sql("SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE") as cur:
+                with client.sql(SERVER_NODES_SQL) as cur:
                     return int(next(iter(cur))[0])
-            except Exception:  # noqa: BLE001 - node still starting; try the next one
+            except Exception:  # noqa: BLE001 - SQL not ready yet on a starting node; try the next one
                 continue
             finally:
                 client.close()
         return 0
 
+    def _activate(self, n: int) -> bool:
+        """Activate an authenticated cluster once all ``n`` nodes take a login; then set the password."""
+        live = self.live_nodes()
+        wanted = self.password or IGNITE_DEFAULT_PASSWORD
+        # Before the first activation, and until the password is changed, Ignite's default login works.
+        for password in dict.fromkeys((IGNITE_DEFAULT_PASSWORD, wanted)):
+            try:
+                clients = [self._login(x, password) for x in live]
+            except AuthenticationFailedError:
+                if password == wanted:
+                    raise
+                continue
+            if len(live) < n or any(c is None for c in clients):
+                for c in clients:
+                    if c is not None:
+                        c.close()
+                return False
+            try:
+                _activate_and_set_password(clients[0], wanted if password != wanted else None)
+            finally:
+                for c in clients:
+                    c.close()
+            return True
+        return False
+
     def wait_for_topology(self, n: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        active = not self.auth
         while True:
             dead = [x for x in self.nodes if not pid_alive(x.pid)]
             if dead and len(self.live_nodes()) < n:
                 tail = _tail(dead[0].log)
                 raise IgniteTFError(f"Ignite {dead[0].instance} exited during start-up; log {dead[0].log}:\n{tail}")
+            active = active or self._activate(n)
             # Every node must serve SQL and see the whole topology (a node answers its thin-client port
             # before its SYS schema is ready).
-            if all(self.server_count(x) >= n for x in self.live_nodes()):
+            if active and all(self.server_count(x) >= n for x in self.live_nodes()):
                 return
             if time.monotonic() > deadline:
                 raise IgniteTFError(
@@ -320,7 +363,8 @@ class LocalIgniteCluster:
 
     # -- stop ----------------------------------------------------------------------------------------
     def down(self, wait: float = 30) -> list[int]:
-        """Stop every node by pid (SIGTERM, then SIGKILL after ``wait`` s). Returns the stopped pids."""
+        """Stop every node by pid (SIGTERM, then SIGKILL after ``wait`` s), then remove the work folders
+        (persistence), certificates and connection file. Returns the stopped pids."""
         stopped = []
         for node in self.nodes:
             if pid_alive(node.pid):
@@ -330,59 +374,34 @@ class LocalIgniteCluster:
             proc.poll()
         self.nodes = []
         self._save()
+        self._remove_files()
         return stopped
+
+    def _remove_files(self) -> None:
+        for name in _SECURE_PARTS:
+            path = self.state_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
 
     def status(self) -> list[dict]:
         return [{**asdict(n), "alive": pid_alive(n.pid)} for n in self.nodes]
 
 
-def default_state_dir() -> Path:
-    return Path(os.environ.get("IGNITE_TF_STATE_DIR", IGNITE_HOME / "local-cluster"))
+def _activate_and_set_password(client, password: str | None) -> None:
+    """Activate the cluster (its baseline: the nodes up now) and give user ``ignite`` a new password."""
+    from pyignite.datatypes.cluster_state import ClusterState
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ignite_tf.local_ignite",
-                                     description="Run Apache Ignite server nodes on localhost.")
-    parser.add_argument("--state-dir", type=Path, default=default_state_dir())
-    parser.add_argument("--client-port", type=int, default=10800)
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start N nodes and wait for the topology")
-    up.add_argument("-n", "--nodes", type=int, default=2)
-    up.add_argument("--heap-mb", type=int, default=512)
-    sub.add_parser("down", help="stop every node of the cluster, by pid")
-    sub.add_parser("status", help="print the nodes, their ports, pids and logs")
-    sub.add_parser("fetch", help="only fetch the Ignite jars")
-    args = parser.parse_args(argv)
-
-    cluster = LocalIgniteCluster(args.state_dir, client_port=args.client_port)
-    try:
-        if args.command == "fetch":
-            print(ensure_jars())
-        elif args.command == "up":
-            cluster.heap_mb = args.heap_mb
-            started = time.monotonic()
-            cluster.up(args.nodes)
-            print(f"Ignite {ignite_version()}: {args.nodes} server node(s) up in {time.monotonic() - started:.1f}s")
-            for n in cluster.nodes:
-                print(f"  {n.instance}  pid {n.pid}  thin client {n.address}  log {n.log}")
-        elif args.command == "down":
-            pids = cluster.down()
-            print(f"stopped {len(pids)} Ignite node(s)" + (f": pids {pids}" if pids else ""))
-        else:
-            rows = cluster.status()
-            if not rows:
-                print(f"no local Ignite cluster recorded in {args.state_dir}")
-            for r in rows:
-                state = "up" if r["alive"] else "DOWN"
-                print(f"  {r['instance']}  {state:4}  pid {r['pid']}  thin client 127.0.0.1:{r['client_port']}  "
-                      f"log {r['log']}")
-            if rows:
-                print(f"server nodes in topology: {cluster.server_count()}")
-    except IgniteTFError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    cluster = client.get_cluster()
+    if cluster.get_state() != ClusterState.ACTIVE:
+        cluster.set_state(ClusterState.ACTIVE)
+    if password is not None:
+        quoted = password.replace("'", "''")
+        client.sql(f"ALTER USER \"{IGNITE_USER}\" WITH PASSWORD '{quoted}'").close()
 
 
 if __name__ == "__main__":
+    from ignite_tf.local_ignite_cli import main
+
     sys.exit(main())
