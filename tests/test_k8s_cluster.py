@@ -144,7 +144,7 @@ def test_real_pod_runs_task_image_and_reaches_ignite(k8s_cluster, k8s_namespace,
                         "command": ["python", "-c", script]}]}})
     try:
         pod = wait_for(lambda: _finished(core, ns, "task"), 600, "the task pod to finish", poll=1)
-        log = core.read_namespaced_pod_log("task", ns)
+        log = core.read_namespaced_pod_log("task", ns, _preload_content=False).data.decode()
         ignite_client.get_cache(cache).destroy()
     except BaseException:
         ignite_client.get_cache(cache).destroy()
