@@ -260,7 +260,9 @@ def _start_real_node(layout: Layout, ip: str) -> None:
         str(layout.bin / "kube-proxy"), f"--kubeconfig={p}/kube-proxy.kubeconfig",
         f"--hostname-override={node_name()}", "--proxy-mode=iptables", "--iptables-localhost-nodeports=false",
         f"--cluster-cidr={POD_CIDR}", "--metrics-bind-address=127.0.0.1:10249",
-        "--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0"])
+        "--healthz-bind-address=127.0.0.1:10256", "--conntrack-max-per-core=0",
+        # 0: leave the host's conntrack timeouts alone
+        "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"])
     _wait(layout, "kube-proxy", lambda: _http_ok("http://127.0.0.1:10256/healthz"), 60, "kube-proxy health")
 
 
@@ -300,6 +302,9 @@ def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
     if n < 0:
         raise ConfigError(f"the number of simulated nodes must be 0 or more (got {n})")
     layout = layout or Layout()
+    if os.geteuid() != 0:
+        raise IgniteTFError("a local Kubernetes needs root (its real node runs containerd, runc, iptables "
+                            "and sysctls): run `make k8s-up` / the k8s tests as root")
     live = running(layout)
     if len(live) == len(COMPONENTS):
         want = n + 1

@@ -34,7 +34,11 @@ PACKAGES = {
 }
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
            "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", "net.ipv4.conf.all.route_localnet",
-           "net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
+           "net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables",
+           "net.netfilter.nf_conntrack_tcp_timeout_established", "net.netfilter.nf_conntrack_tcp_timeout_close_wait")
+# Folders made outside the cluster's own despite its settings: the shims' sockets (containerd 1.6 hard-codes
+# /run/containerd/s) and the kubelet's device-plugin folder (hard-coded too).
+HOST_DIRS = ("/run/containerd", "/var/lib/kubelet")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -182,7 +186,8 @@ def link_exists(name: str) -> bool:
 
 def snapshot() -> dict:
     """The host settings a local cluster may change, as they are now."""
-    return {"sysctls": read_sysctls(), "iptables": iptables_chains(), "cgroups": kubepods_cgroups()}
+    return {"sysctls": read_sysctls(), "iptables": iptables_chains(), "cgroups": kubepods_cgroups(),
+            "dirs": [d for d in HOST_DIRS if Path(d).exists()]}
 
 
 def save_host_state(path: Path) -> None:
@@ -247,6 +252,9 @@ def restore_host(state_file: Path, home: Path, bridge: str) -> None:
     before = json.loads(state_file.read_text())
     _remove_chains(before["iptables"])
     _remove_cgroups(before["cgroups"])
+    for d in HOST_DIRS:
+        if d not in before.get("dirs", HOST_DIRS):
+            shutil.rmtree(d, ignore_errors=True)
     now = read_sysctls()
     for key, value in before["sysctls"].items():
         if now.get(key) != value:
@@ -266,4 +274,5 @@ def differences(before: dict) -> list[str]:
     extra_cg = sorted(set(now["cgroups"]) - set(before["cgroups"]))
     if extra_cg:
         diffs.append(f"cgroups {extra_cg}")
+    diffs += [f"folder {d} made" for d in now["dirs"] if d not in before.get("dirs", [])]
     return diffs
