@@ -110,6 +110,7 @@ def ensure_image_files(layout: Layout) -> None:
         (root / "pause").write_bytes((layout.bin / "pause").read_bytes())
         (root / "pause").chmod(0o755)
         _tar_layer(root, paths["pause"])
+        subprocess.run(["rm", "-rf", str(root)], check=False)
     for what, src in (("base", LOCK), ("provider", PROJECT_DIR)):
         if paths[what].exists():
             continue
