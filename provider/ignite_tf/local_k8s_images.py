@@ -178,4 +178,4 @@ def import_images(layout: Layout) -> None:
             raise IgniteTFError(f"`ctr images import` of {ref} failed:\n{out[-2000:]}")
     for ref in present:  # older task images: free their layers
         if ref.startswith(f"{TASK_REPO}:") and ref not in wanted:
-            ctr(layout.containerd_sock, "-n", NAMESPACE, "images", "rm", ref)
+            ctr(layout.containerd_sock, "-n", NAMESPACE, "images", "rm", "--sync", ref)
