@@ -12,11 +12,12 @@ AUTH :=
 TLS :=
 YES = $(filter 1 true yes,$(1))
 IGNITE := $(PY) -m ignite_tf.local_ignite_cli $(if $(STATE_DIR),--state-dir $(STATE_DIR))
+K8S_NODES ?= 3
 STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup lock test demo bench lint airflow ignite-up ignite-down ignite-status clean
+.PHONY: setup lock test demo bench lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
 
 setup: $(STAMP)
 
@@ -67,6 +68,20 @@ ignite-down: setup
 
 ignite-status: setup
 	$(IGNITE) status
+
+# A local Kubernetes (ignite_tf.local_k8s): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
+# the first time on 2 cores), then etcd + control plane + $(K8S_NODES) kwok nodes + one real node. Needs root.
+k8s-build: setup
+	$(PY) -m ignite_tf.local_k8s build
+
+k8s-up: setup
+	$(PY) -m ignite_tf.local_k8s up -n $(K8S_NODES)
+
+k8s-down: setup
+	$(PY) -m ignite_tf.local_k8s down
+
+k8s-status: setup
+	$(PY) -m ignite_tf.local_k8s status
 
 clean:
 	rm -rf .venv .airflow build dist provider/*.egg-info

@@ -22,6 +22,7 @@ import pytest  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
 from ignite_tf.local_ignite import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
+from tests.k8sutil import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,98 @@
+"""Fixtures for tests on the local Kubernetes (``ignite_tf.local_k8s``): one cluster per session, one
+namespace per test. Imported by tests/conftest.py.
+
+The session fixture builds the binaries and images the first time (about 30 minutes on 2 cores; then
+seconds), starts etcd, the control plane, 3 simulated nodes and the real node, and at the end stops
+everything and checks that no process of it is left and that the host's settings are as before. A cluster
+that was already running before the session (``make k8s-up``) is used and left running.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from ignite_tf import local_k8s, local_k8s_host
+
+
+@dataclass
+class LocalK8s:
+    layout: local_k8s.Layout
+    kubeconfig: str
+    api: object  # kubernetes.client.ApiClient
+
+    @property
+    def core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self):
+        from kubernetes import client
+
+        return client.BatchV1Api(self.api)
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.3):
+    """Poll ``predicate`` until it returns something true; fail after ``timeout`` s naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll)
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster():
+    layout = local_k8s.Layout()
+    preexisting = len(local_k8s.running(layout)) == len(local_k8s.COMPONENTS)
+    before = None if preexisting else local_k8s_host.snapshot()
+    kubeconfig = local_k8s.up(3, layout)
+    cluster = LocalK8s(layout, str(kubeconfig), local_k8s.api_client(layout))
+    yield cluster
+    cluster.api.close()
+    if preexisting:
+        return
+    local_k8s.down(layout)
+    left = local_k8s_host.leftover_processes(layout.home)
+    assert not left, f"processes of the local Kubernetes left after the session: {left}"
+    diffs = local_k8s_host.differences(before)
+    assert not diffs, f"host settings not restored after the session: {diffs}"
+    assert not local_k8s_host.mounts_under(layout.home), "mounts left under the cluster's folder"
+    assert not local_k8s_host.link_exists(local_k8s.BRIDGE), f"bridge {local_k8s.BRIDGE} left behind"
+
+
+@pytest.fixture
+def k8s_namespace(k8s_cluster):
+    """A fresh namespace, deleted (and waited for) after the test."""
+    from kubernetes.client.exceptions import ApiException
+
+    core = k8s_cluster.core
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_default_sa():
+        try:
+            return core.read_namespaced_service_account("default", name)
+        except ApiException:
+            return None
+
+    wait_for(has_default_sa, 60, f"the default service account in {name}")
+    yield name
+    core.delete_namespace(name)
+
+    def gone():
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 180, f"namespace {name} to be deleted")
