@@ -201,6 +201,15 @@ def _bad_cache_name(s):
     s["cache"] = "my-cache"
 
 
+def _model_args_not_a_mapping(s):
+    s["training"]["model_args"] = ["hidden", 64]
+
+
+def _model_args_with_script(s):
+    s["training"] = {"script": "ported.py", "job_dir": str(DAGS / "examples" / "mnist_keras_tutorial"),
+                     "model_args": {"hidden": 64}}
+
+
 @pytest.mark.parametrize("mutate, field, allowed", [
     (_unknown_key, "training.wokers", "allowed keys: "),
     (_wrong_type, "training.epochs", "expected an integer"),
@@ -217,6 +226,8 @@ def _bad_cache_name(s):
     (_inference_without_publish, "inference", "needs a publish section"),
     (_threshold_order, "publish.thresholds.accuracy", "above max"),
     (_bad_cache_name, "cache", "SQL identifier"),
+    (_model_args_not_a_mapping, "training.model_args", "expected object"),
+    (_model_args_with_script, "training.model_args", "goes with entry_point"),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else None)
 def test_bad_spec_names_file_field_and_what_is_allowed(tmp_path, mutate, field, allowed):
     spec = base_spec(tmp_path)
