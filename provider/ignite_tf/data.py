@@ -165,9 +165,10 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
     Full batches by default (``drop_remainder=True``): this dataset feeds training, usually repeated
     (``.repeat()``, or one per epoch). A tutorial's ``ds.shuffle(n).repeat().batch(b)`` only ever yields
-    full batches, and MultiWorkerMirroredStrategy needs them: it splits each batch among the replicas,
-    and the short batch ending a pass can leave a replica with no rows (Conv2D's gradient then fails with
-    ``ReluGrad ... [0,26,26,32] != [0,28,28,1]``). The cost: each pass leaves out fewer than ``batch_size``
+    full batches, and MultiWorkerMirroredStrategy needs them: it splits each batch among the replicas
+    (evenly by rows when the batch size is static, which full batches make it; else each batch in equal
+    parts), and the short batch ending a pass can leave a replica with no rows (Conv2D's gradient then
+    fails with ``ReluGrad ... [0,26,26,32] != [0,28,28,1]``). The cost: each pass leaves out fewer than ``batch_size``
     rows of the shard, different rows every epoch and, with ``shuffle_buffer``, every pass of
     ``.repeat()``. ``drop_remainder=False`` keeps them in a short last batch, as ``tf.data``'s ``batch``
     does by default: for a single pass that must see every row (evaluation), not for sync training.
