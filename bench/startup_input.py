@@ -38,7 +38,7 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
     features = [c for c in frame.columns if c not in ("id", "label")]
     x = frame[features].to_numpy(np.float32)
     y = frame["label"].to_numpy(np.int32)
-    model = tabular_classifier(n_features=len(features))
+    model = tabular_classifier(n_features=len(features), n_classes=int(y.max()) + 1)
 
     def ignite_ds(epoch: int):
         return itd.dataset(batch_size=BATCH, epoch=epoch, label="label", stack=True, cache=STEPS_CACHE, conn=conn)

@@ -14,7 +14,7 @@ import time
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
 
 
-def model(n_features: int = 16, learning_rate: float = 0.01):
+def model(n_features: int = 16, n_classes: int | None = None, learning_rate: float = 0.01):
     """The compiled tabular classifier whose ``fit`` marks the chief's first step.
 
     :param n_features: input width (the runtime passes the number of feature columns).
@@ -25,7 +25,7 @@ def model(n_features: int = 16, learning_rate: float = 0.01):
     from ignite_tf.models import tabular_classifier
     from ignite_tf.runtime import task_info
 
-    built = tabular_classifier(n_features=n_features, learning_rate=learning_rate)
+    built = tabular_classifier(n_features=n_features, n_classes=n_classes, learning_rate=learning_rate)
     mark = os.environ.get(ENV_MARK)
     if not mark or not task_info().is_chief:
         return built

@@ -103,8 +103,8 @@ def test_params_have_spec_defaults_types_and_bounds(dagbag):
     from airflow.sdk.definitions.param import ParamValidationError
 
     dag = dagbag.dags["ignite_tf_tabular_sync"]
-    assert dict(dag.params) == {"mode": "sync", "epochs": 3, "batch_size": 32, "learning_rate": 0.02,
-                                "workers": 2, "ps": 1}
+    assert dict(dag.params) == {"mode": "sync", "model_args": {}, "epochs": 3, "batch_size": 32,
+                                "learning_rate": 0.02, "workers": 2, "ps": 1}
     assert dag.params.get_param("workers").schema == {"type": "integer", "minimum": 1, "maximum": 64}
     assert dag.params.get_param("mode").schema == {"type": "string", "enum": ["sync", "async"]}
     assert dag.params.get_param("learning_rate").schema == {"type": "number", "exclusiveMinimum": 0, "maximum": 10}
@@ -209,6 +209,15 @@ def _env_bad_name(s):
     s["training"]["env"] = ["1NAME"]
 
 
+def _model_args_not_a_mapping(s):
+    s["training"]["model_args"] = ["hidden", 64]
+
+
+def _model_args_with_script(s):
+    s["training"] = {"script": "ported.py", "job_dir": str(DAGS / "examples" / "mnist_keras_tutorial"),
+                     "model_args": {"hidden": 64}}
+
+
 @pytest.mark.parametrize("mutate, field, allowed", [
     (_unknown_key, "training.wokers", "allowed keys: "),
     (_wrong_type, "training.epochs", "expected an integer"),
@@ -227,6 +236,8 @@ def _env_bad_name(s):
     (_bad_cache_name, "cache", "SQL identifier"),
     (_env_tf_config, "training.env", "TF_CONFIG is set by the launcher"),
     (_env_bad_name, "training.env", "'1NAME' is not NAME or NAME=VALUE"),
+    (_model_args_not_a_mapping, "training.model_args", "expected object"),
+    (_model_args_with_script, "training.model_args", "goes with entry_point"),
 ], ids=lambda v: v.__name__.strip("_") if callable(v) else None)
 def test_bad_spec_names_file_field_and_what_is_allowed(tmp_path, mutate, field, allowed):
     spec = base_spec(tmp_path)
@@ -509,3 +520,47 @@ def test_user_script_end_to_end(airflow_env):
     assert "Epoch 3/3" in chief, chief[-2000:]
     assert_nothing_left(train["cluster_id"], train["run_dir"])
     print(f"user script end to end (3000 digits, 2 workers): {took:.1f}s")
+
+
+FIVE_CLASSES = '''
+import numpy as np
+
+from ignite_tf import demo_data
+
+
+def frame(rows, seed=0):
+    """The demo features with a label of five classes (argmax of five fixed linear scores)."""
+    table = demo_data.tabular(rows, seed=seed)
+    weights = np.random.default_rng(5).normal(size=(demo_data.N_FEATURES, 5))
+    table["label"] = (table[demo_data.feature_columns()].to_numpy() @ weights).argmax(axis=1).astype(np.int32)
+    return table
+'''
+
+
+def test_model_args_from_yaml_reach_the_entry_point_and_classes_come_from_the_label(airflow_env, tmp_path):
+    """``training.model_args`` goes YAML -> Param -> operator -> runtime -> model function (hidden=7 shows in
+    the saved model); the built-in classifier's output layer has the label's 5 classes, found in the data."""
+    import tf_keras
+
+    root, _ = airflow_env
+    folder = root / "dags" / "model_args"
+    folder.mkdir()
+    (folder / "five.py").write_text(FIVE_CLASSES)
+    (folder / "suite.yaml").write_text(yaml.safe_dump({
+        "name": "five", "row_count": {"min": 100}, "columns": {"label": {"type": "int32", "in_set": list(range(5))}}}))
+    (folder / "spec.yaml").write_text(yaml.safe_dump({
+        "dag_id": "ignite_tf_model_args", "cache": "model_args_five", "key": "id", "suite": "suite.yaml",
+        "source": {"generator": "five.py:frame", "rows": 2000},
+        "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2, "epochs": 1,
+                     "batch_size": 32, "model_args": {"hidden": 7}}}))
+    (root / "dags" / "model_args_dag.py").write_text(
+        "# airflow dag\nfrom ignite_tf.dags import load_dags\n\nload_dags(__file__, 'model_args/*.yaml', globals())\n")
+    dag = _module(root / "dags" / "model_args_dag.py").ignite_tf_model_args
+    assert dag.params["model_args"] == {"hidden": 7}
+    run = dag.test()
+    assert run.state == "success", {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    train = xcoms(dag.dag_id, run.run_id)[("train", -1, "return_value")]
+    model = tf_keras.models.load_model(str(Path(train["run_dir"]) / "checkpoints" / "model"), compile=False)
+    units = [layer.units for layer in model.layers if isinstance(layer, tf_keras.layers.Dense)]
+    assert units == [7, 7, 5], units
+    assert "--model-arg" in (Path(train["run_dir"]) / "cluster.json").read_text()

@@ -149,3 +149,29 @@ def test_postprocess():
     assert postprocess(np.array([1.5, -2.0]), None)[0] == "regressor"
     with pytest.raises(ConfigError, match="one value per row"):
         postprocess(np.zeros((2, 3)), "regressor")
+
+
+def test_operator_logs_the_rows_it_scored(setup, ignite_conn, cache_name, monkeypatch):
+    """The operator's summary line carries the real row count and rate (it once logged ``None rows``).
+
+    Airflow's task logger is structlog: ``capture_logs`` records what it would write to the task log.
+    """
+    import re
+
+    from structlog.testing import capture_logs
+
+    from ignite_tf.operators.inference import BatchInferenceOperator
+    from tests.airflowutil import ignite_connection_env
+
+    for key, value in ignite_connection_env(ignite_conn).items():
+        monkeypatch.setenv(key, value)
+    op = BatchInferenceOperator(task_id="score", registry_root=setup["root"], model_name="demo",
+                                input_cache=setup["cache"], output_cache=cache_name, shard=1, shards=2)
+    with capture_logs() as logs:
+        out = op.execute({})
+    lines = [e["event"] for e in logs if "rows/s" in str(e.get("event"))]
+    assert len(lines) == 1, logs
+    found = re.fullmatch(r"scored (\d+) rows in ([\d.]+)s \((\d+) rows/s\) with demo v0001", lines[0])
+    assert found, lines[0]
+    assert 0 < int(found.group(1)) == out["rows_scored"] < 3000  # one of two shards
+    assert int(found.group(3)) > 0

@@ -129,7 +129,7 @@ def test_blocks_are_bounded_whole_units_and_the_batches_of_the_dataset(tabular, 
     unshuffled = [len(b["id"]) for b in itd.blocks(2, batch_size=256, block_rows=4096, **common)]
     assert all(s == 4096 for s in unshuffled[:-1]) and sum(unshuffled) == sum(sizes)
 
-    ds = itd.dataset(256, 2, label="label", stack=True, shuffle_buffer=3000, **common)
+    ds = itd.dataset(256, 2, label="label", stack=True, shuffle_buffer=3000, drop_remainder=False, **common)
     xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds], strict=True)
     assert [len(y) for y in ys] == [256] * (len(ys) - 1) + [len(ids) % 256 or 256]  # rebatch keeps batch_size
     want = tabular.frame.loc[ids]
@@ -141,7 +141,7 @@ def test_dict_dataset_and_exactly_once_over_workers(tabular, ignite_conn):
     ids, f3, labels = [], [], []
     for worker in (0, 1):
         ds = itd.dataset(500, 0, label="label", features=["f3", "id"], worker=worker, plan=tabular.plan,
-                         conn=ignite_conn)
+                         conn=ignite_conn, drop_remainder=False)
         for features, label in ds:
             assert set(features) == {"f3", "id"} and features["f3"].dtype.name == "float32"
             ids.append(features["id"].numpy())
@@ -151,6 +151,40 @@ def test_dict_dataset_and_exactly_once_over_workers(tabular, ignite_conn):
     assert len(ids) == len(np.unique(ids)) == 12_000
     np.testing.assert_array_equal(np.concatenate(f3), tabular.frame.loc[ids, "f3"].to_numpy())
     np.testing.assert_array_equal(np.concatenate(labels), tabular.frame.loc[ids, "label"].to_numpy())
+
+
+def test_repeated_dataset_has_only_full_batches_unless_drop_remainder_is_false(tabular, ignite_conn):
+    """``dataset(...).repeat()`` (the porting recipe) yields full batches only, reshuffled every pass, so
+    every pass leaves out other rows; ``drop_remainder=False`` keeps the short last batch of a pass."""
+    common = {"label": "label", "features": ["id"], "worker": 1, "plan": tabular.plan, "conn": ignite_conn}
+    rows, batch = tabular.plan.shard(1, 0).rows, 128
+    full, rest = divmod(rows, batch)
+    assert rest, f"pick a batch size that does not divide the shard's {rows} rows"
+    shard_ids = np.concatenate([b["id"] for b in itd.batches(0, batch_size=batch, worker=1, plan=tabular.plan,
+                                                             conn=ignite_conn, columns=["id"],
+                                                             shuffle_buffer=1000)])
+
+    repeated = itd.dataset(batch, 0, shuffle_buffer=1000, **common).repeat()
+    passes = []
+    for features, _ in repeated.take(3 * full):
+        passes.append(features["id"].numpy())
+    assert {len(b) for b in passes} == {batch}, sorted({len(b) for b in passes})
+    passes = [np.concatenate(passes[i * full:(i + 1) * full]) for i in range(3)]
+    np.testing.assert_array_equal(passes[0], shard_ids[:full * batch])  # pass 0 is the shard's own order
+    for ids in passes:
+        assert len(np.unique(ids)) == full * batch and set(ids) <= set(shard_ids)
+    assert not np.array_equal(passes[0], passes[1]), "each pass is shuffled anew"
+    left_out = [set(shard_ids) - set(ids) for ids in passes]
+    assert all(len(s) == rest for s in left_out) and left_out[0] != left_out[1], "other rows left out each pass"
+
+    kept = [f["id"].numpy() for f, _ in itd.dataset(batch, 0, shuffle_buffer=1000, drop_remainder=False, **common)]
+    assert [len(b) for b in kept] == [batch] * full + [rest]
+    np.testing.assert_array_equal(np.concatenate(kept), shard_ids)
+    epoch, ds = next(itd.epochs(1, batch_size=batch, shuffle_buffer=1000, drop_remainder=False, **common))
+    assert epoch == 0 and sum(len(y) for _, y in ds) == rows
+
+    with pytest.raises(ConfigError, match=rf"holds {rows} rows in epoch 0, fewer than batch_size={rows + 1}"):
+        itd.dataset(rows + 1, 0, **common)
 
 
 def _ignite_sockets(ports: set[int]) -> int:
@@ -174,7 +208,7 @@ def test_dropped_iterator_closes_its_reader_and_leaves_no_thread(tabular, ignite
         time.sleep(0.1)
         gc.collect()
     assert _ignite_sockets(ports) == before, "a dropped iterator left its reader's connections open"
-    assert sum(1 for _ in ds) == -(-tabular.plan.shard(0, 0).rows // 64)  # a full epoch closes it too
+    assert sum(1 for _ in ds) == tabular.plan.shard(0, 0).rows // 64  # a full epoch closes it too
     assert _ignite_sockets(ports) == before
     assert threading.active_count() == threads
 

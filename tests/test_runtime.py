@@ -117,7 +117,7 @@ def tabular(ignite_conn, tmp_path_factory):
     return SimpleNamespace(cache=cache, plan=plan, plan_path=str(path))
 
 
-def probe_model(n_features: int = 16, learning_rate: float = 0.01):
+def probe_model(n_features: int = 16, n_classes: int | None = None, learning_rate: float = 0.01):
     """Entry point for the async test: before building the model, ask every worker what its feed holds.
 
     Runs in the chief, inside the ParameterServerStrategy's scope. Each scheduled function runs on some
@@ -146,7 +146,7 @@ def probe_model(n_features: int = 16, learning_rate: float = 0.01):
         meta, row = r.fetch()
         out.append({"worker": json.loads(meta)["worker"], "row": np.asarray(row).tolist()})
     Path(os.environ["PROBE_OUT"]).write_text(json.dumps(out))
-    return tabular_classifier(n_features, learning_rate=learning_rate)
+    return tabular_classifier(n_features, n_classes, learning_rate=learning_rate)
 
 
 # -- no TensorFlow needed -----------------------------------------------------------------------------------
@@ -275,6 +275,38 @@ def test_sync_dataset_reads_each_epochs_assignment_with_equal_steps(tabular, ign
     assert not np.array_equal(e1[:batch], e2[:batch]), "the assignment changes every epoch"
     np.testing.assert_array_equal(np.concatenate(got[:steps - 2]), e1[2 * batch:steps * batch])
     np.testing.assert_array_equal(np.concatenate(got[steps - 2:]), e2[:steps * batch])
+
+
+def test_builtin_classifier_takes_the_number_of_classes_from_the_label(ignite_conn, tmp_path, monkeypatch):
+    """A 5-class label, no model arguments: the runtime finds 5 classes in the data and the output layer has
+    5 units; a model argument wins over the data; a float label offers no class count."""
+    import tf_keras
+
+    from ignite_tf.etl import load
+    from ignite_tf.runtime import train
+    from ignite_tf.runtime_feed import label_classes
+
+    frame = demo_data.tabular(600, seed=2)
+    frame["label"] = (frame[FEATURES].to_numpy() @ np.random.default_rng(5).normal(size=(16, 5))).argmax(axis=1)
+    frame["label"] = frame["label"].astype(np.int32)
+    assert sorted(frame["label"].unique()) == [0, 1, 2, 3, 4]
+    cache = f"five_{uuid.uuid4().hex[:8]}"
+    load(ignite_conn, cache, frame, key="id")
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 1, reshuffle="none")
+    for key, value in ignite_conn.to_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def output_units(model_kwargs, where):
+        out = train("ignite_tf.models:tabular_classifier", epochs=1, batch_size=64, label="label", plan=plan,
+                    model_kwargs=model_kwargs, checkpoint_dir=str(tmp_path / where))
+        model = tf_keras.models.load_model(out["model_dir"], compile=False)
+        return [layer.units for layer in model.layers if isinstance(layer, tf_keras.layers.Dense)]
+
+    assert output_units(None, "data") == [32, 32, 5]
+    assert output_units({"n_classes": 7, "hidden": 4}, "args") == [4, 4, 7]
+    assert label_classes(plan, "f0", np.float32, ignite_conn) is None
 
 
 def test_resume_point_follows_tf_keras_rules(tmp_path):
@@ -408,28 +440,3 @@ def test_restarted_cluster_resumes_from_backup(tabular, ignite_conn, tmp_path):
     assert [m["epoch"] for m in second] == list(range(resumed_at, 7))
     assert f"resuming at epoch {resumed_at} step 0" in chief_log
     assert second[-1]["loss"] < 0.3
-
-
-def test_ported_tutorial_runs_as_a_user_script_under_tf_config(ignite_conn, tmp_path):
-    sys.path.insert(0, str(TUTORIAL))
-    try:
-        import digits
-    finally:
-        sys.path.remove(str(TUTORIAL))
-    from ignite_tf.etl import load
-
-    cache = f"digits_{uuid.uuid4().hex[:8]}"
-    assert load(ignite_conn, cache, digits.frame(3000), key="id").rows_in_cache == 3000
-    plan_path = tmp_path / "plan.json"
-    ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2, seed=0).save(plan_path)
-    spec = build_spec(cluster_id="rt-ported", cache=cache, mode="sync", workers=2, run_dir=tmp_path / "run",
-                      job={"command": ["python", "ported.py"]}, shard_plan_path=str(plan_path))
-    with LocalTasks(spec, ignite_conn, tmp_path / "state",
-                    lambda task: [sys.executable, str(TUTORIAL / "ported.py")]) as tasks:
-        tasks.start()
-        codes = {name: tasks.wait(name, 420) for name in ("worker-0", "worker-1")}
-        assert codes == {"worker-0": 0, "worker-1": 0}, tasks.logs()
-        log = tasks.log("worker-0")
-    finals = re.findall(r"\d+/20 \[=+\] - \d+m?s .*?- loss: ([\d.]+) - accuracy: ([\d.]+)", log)
-    assert len(finals) == 3, log[-3000:]
-    assert float(finals[-1][1]) > 0.3, finals  # 10 classes: chance is 0.1

@@ -6,6 +6,12 @@ A training script needs no sharding code and no Ignite code::
     for epoch, ds in ignite_tf.data.epochs(10, batch_size=64, label="label"):
         model.fit(ds, epochs=epoch + 1, initial_epoch=epoch)
 
+or, porting a script that trains on ``tf.data.Dataset.from_tensor_slices(...).shuffle(n).repeat().batch(b)``::
+
+    ds = ignite_tf.data.dataset(b, label="label", stack=True).repeat()
+
+Every batch holds exactly ``batch_size`` rows unless ``drop_remainder=False`` (see ``dataset``).
+
 The launcher sets ``IGNITE_TF_SHARD_PLAN`` (path of the ShardPlan JSON), ``IGNITE_TF_ADDRESSES`` and friends
 (the connection; secrets only in the environment) and ``TF_CONFIG``. The worker's index comes from
 ``TF_CONFIG`` (``task.type == "worker"``), from a ``tf.distribute.InputContext`` of
@@ -27,6 +33,7 @@ the reader keeps scans of the next partitions in flight meanwhile. Memory stays 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -102,7 +109,8 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
             cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
             shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024,
             input_context=None) -> Iterator[dict[str, np.ndarray]]:
-    """NumPy batches of this worker's shard for ``epoch`` (the same rows, in the same order, as ``dataset``)."""
+    """NumPy batches of this worker's shard for ``epoch``: every row, the last batch shorter (the same rows,
+    in the same order, as the first pass of ``dataset(..., drop_remainder=False)``)."""
     yield from _rebatch(blocks(epoch, batch_size=batch_size, worker=worker, plan=plan, cache=cache, conn=conn,
                                columns=columns, shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size,
                                input_context=input_context), batch_size)
@@ -111,7 +119,7 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
 def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,
            cache: str | None = None, conn: IgniteConnectionConfig | None = None, columns: list[str] | None = None,
            shuffle_buffer: int = 0, seed: int | None = None, page_size: int = 1024, block_rows: int = BLOCK_ROWS,
-           stack: list[str] | None = None, input_context=None, layout: tuple | None = None
+           stack: list[str] | None = None, input_context=None, layout: tuple | None = None, iteration: int = 0
            ) -> Iterator[dict[str, np.ndarray]]:
     """This worker's rows for ``epoch`` in blocks of about ``block_rows`` rows: cut into ``batch_size`` pieces,
     they are ``batches(...)``. Fewer, larger pieces cost less Python per row; memory holds one block.
@@ -120,6 +128,9 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     block is a whole number of units (one, when a unit is larger than ``block_rows``). ``stack``: numeric
     columns decoded straight into one float32 matrix ``block[ignite_tf.reader.STACKED]`` (NULLs filled).
     ``layout``: a ``PartitionReader.layout`` of the cache, so the reader need not ask the cluster for it.
+    ``iteration``: which pass over the shard this is. Pass 0 is shuffled by ``(seed, epoch, worker)``, a
+    later pass by ``(seed, epoch, worker, iteration)``: a repeated dataset sees a new order every pass, as
+    with tf.data's ``shuffle`` (and, with ``drop_remainder``, leaves out different rows each pass).
     """
     from ignite_tf.reader import PartitionReader
 
@@ -136,7 +147,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
         if not shuffle_buffer:
             yield from stream
             return
-        rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker])
+        rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker]
+                                    + ([iteration] if iteration else []))
         yield from _group(_block_shuffle(stream, rng), max(1, block_rows // unit))
 
 
@@ -144,12 +156,22 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
             conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
             page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
-            input_context=None):
+            drop_remainder: bool = True, input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
 
     Python reads the shard in blocks (see ``blocks``), one block ahead of the training step in a tf.data
-    thread; tf.data cuts them into batches of exactly ``batch_size`` rows (the last one of the epoch
-    shorter). Memory: about three blocks and one shuffle unit, however large the shard.
+    thread; tf.data cuts them into batches of exactly ``batch_size`` rows. Memory: about three blocks and
+    one shuffle unit, however large the shard.
+
+    Full batches by default (``drop_remainder=True``): this dataset feeds training, usually repeated
+    (``.repeat()``, or one per epoch). A tutorial's ``ds.shuffle(n).repeat().batch(b)`` only ever yields
+    full batches, and MultiWorkerMirroredStrategy needs them: it splits each batch among the replicas
+    (evenly by rows when the batch size is static, which full batches make it; else each batch in equal
+    parts), and the short batch ending a pass can leave a replica with no rows (Conv2D's gradient then
+    fails with ``ReluGrad ... [0,26,26,32] != [0,28,28,1]``). The cost: each pass leaves out fewer than ``batch_size``
+    rows of the shard, different rows every epoch and, with ``shuffle_buffer``, every pass of
+    ``.repeat()``. ``drop_remainder=False`` keeps them in a short last batch, as ``tf.data``'s ``batch``
+    does by default: for a single pass that must see every row (evaluation), not for sync training.
 
     :param batch_size: rows per element (per worker: the global batch is this times the workers).
     :param epoch: selects the plan's assignment (with reshuffle="epoch", a different slice every epoch).
@@ -162,12 +184,23 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
         (see the code: it delays the end of each epoch); stages you add with ``AUTOTUNE`` get TF's defaults,
         or turn it back on with ``ds.with_options(...)``.
     :param block_rows: rows per block handed from Python to tf.data (rounded to whole shuffle units).
+    :param drop_remainder: True: every batch holds ``batch_size`` rows; False: the last batch of a pass may
+        be shorter (see above).
     :param input_context: pass the ``tf.distribute.InputContext`` under ParameterServerStrategy.
+    :raises ConfigError: with ``drop_remainder``, when the worker's planned shard holds fewer rows than one
+        batch (the dataset would be empty).
     """
     import tensorflow as tf
 
     plan = load_plan(plan, cache=cache, conn=conn)
     index = worker if worker is not None else worker_index(input_context)
+    if drop_remainder:
+        planned = shard(epoch, worker=index, plan=plan, input_context=input_context).rows
+        if planned < batch_size:
+            raise ConfigError(f"worker {index}'s shard of cache '{plan.partition_map.cache}' holds {planned} "
+                              f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
+                              f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
+                              f"fewer workers, or pass drop_remainder=False")
     names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key)
     read_columns = names + ([label_name] if label_name else [])
 
@@ -175,12 +208,15 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     # The reader stacks value columns as it decodes (the key is not one: then stack here).
     decode_stack = names if stack and key not in names else None
 
+    passes = itertools.count()  # tf.data calls generate() again for every pass (``.repeat()``, each fit epoch)
+
     def generate():
         from ignite_tf.reader import STACKED
 
         for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
                             columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
-                            page_size=page_size, stack=decode_stack, block_rows=block_rows, layout=layout):
+                            page_size=page_size, stack=decode_stack, block_rows=block_rows, layout=layout,
+                            iteration=next(passes)):
             block = {k: _filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]
@@ -204,12 +240,15 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     options.autotune.enabled = False
     # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
     # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
-    ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size)
+    ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size, drop_remainder=drop_remainder)
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
 def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
-    """``(epoch, dataset)`` for epochs ``start .. n-1``: ``for epoch, ds in epochs(10, batch_size=64): ...``."""
+    """``(epoch, dataset)`` for epochs ``start .. n-1``: ``for epoch, ds in epochs(10, batch_size=64): ...``.
+
+    ``kwargs`` go to ``dataset``: full batches unless ``drop_remainder=False``.
+    """
     for epoch in range(start, n):
         yield epoch, dataset(epoch=epoch, **kwargs)
 

@@ -2,20 +2,27 @@
 
 An entry point is a function that returns a COMPILED tf_keras model. The runtime calls it inside the
 distribution strategy's scope and passes the keyword arguments it accepts among ``learning_rate``,
-``n_features`` (the number of feature columns read) and the ``--model-arg`` values.
+``n_features`` (the number of feature columns read), ``n_classes`` (for an integer label: its largest value
++ 1, from the data) and the model arguments (``--model-arg``, YAML ``training.model_args``), which win.
 """
 
 from __future__ import annotations
 
+from ignite_tf.errors import ConfigError
 
-def tabular_classifier(n_features: int = 16, n_classes: int = 3, learning_rate: float = 0.01, hidden: int = 32):
-    """A small MLP for ``ignite_tf.demo_data.tabular``: sparse categorical cross-entropy, accuracy.
+
+def tabular_classifier(n_features: int = 16, n_classes: int | None = None, learning_rate: float = 0.01,
+                       hidden: int = 32):
+    """A small MLP for tabular data: sparse categorical cross-entropy, accuracy.
 
     :param n_features: width of the input (feature columns).
-    :param n_classes: label values ``0 .. n_classes-1``.
+    :param n_classes: label values ``0 .. n_classes-1``; the runtime passes it from the label column.
     :param learning_rate: Adam's learning rate.
     :param hidden: units of each of the two hidden layers.
     """
+    if n_classes is None or int(n_classes) < 2:
+        raise ConfigError(f"tabular_classifier needs n_classes >= 2 (got {n_classes}): the runtime passes it from "
+                          f"an integer label column; else give it as a model argument (n_classes=...)")
     from ignite_tf.runtime import _tf
 
     _tf()

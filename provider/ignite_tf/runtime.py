@@ -177,13 +177,16 @@ def load_entry_point(entry_point: str):
     return fn
 
 
+def _accepts(fn, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def build_model(fn, offered: dict[str, Any]):
     """Call the model function with the keyword arguments it accepts, check it returns a compiled model."""
     import tf_keras
 
-    params = inspect.signature(fn).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    kwargs = {k: v for k, v in offered.items() if v is not None and (takes_any or k in params)}
+    kwargs = {k: v for k, v in offered.items() if v is not None and _accepts(fn, k)}
     model = fn(**kwargs)
     name = getattr(fn, "__qualname__", fn)
     if not isinstance(model, tf_keras.Model):
@@ -205,7 +208,8 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     """Train the entry point's model on this worker's data (sync workers, the async chief, or alone).
 
     :param entry_point: ``"module:function"`` (or the function) returning a compiled tf_keras model; it is
-        passed ``learning_rate``, ``n_features`` and ``model_kwargs`` where its signature accepts them.
+        passed ``learning_rate``, ``n_features``, ``n_classes`` (an integer label's largest value + 1) and
+        ``model_kwargs`` where its signature accepts them; ``model_kwargs`` win over ``n_classes``.
     :param epochs: total epochs; a restarted cluster resumes after the last backed-up one.
     :param batch_size: rows per step per worker (sync: the global batch is this times the workers).
     :param label: the label column; features are every other column but the key, unless ``features``.
@@ -218,7 +222,7 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
     """
     import ignite_tf.data as itd
-    from ignite_tf.runtime_feed import columns, feed_dataset_fn, resume_point, sync_dataset
+    from ignite_tf.runtime_feed import columns, feed_dataset_fn, label_classes, resume_point, sync_dataset
 
     info = task_info(mode)
     if info.serves:
@@ -249,8 +253,11 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     if start_epoch or start_step:
         _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
 
+    model_kwargs = dict(model_kwargs or {})
+    if "n_classes" not in model_kwargs and _accepts(fn, "n_classes"):
+        model_kwargs["n_classes"] = label_classes(plan, label_name, label_dtype)
     with strat.scope():
-        model = build_model(fn, {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)})
+        model = build_model(fn, {**model_kwargs, "learning_rate": learning_rate, "n_features": len(names)})
     if info.mode is Mode.ASYNC and info.type == "chief":
         data = tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
             n_features=len(names), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))

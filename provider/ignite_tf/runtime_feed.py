@@ -52,6 +52,42 @@ def columns(plan, label: str | None, features: list[str] | None, conn=None) -> t
     return names, label_name, np.dtype(dtypes[label_name])
 
 
+def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
+    """Classes of an integer label: ``MAX(label) + 1`` over the plan's cache, one SQL aggregate.
+
+    None for a label that is not an integer, a cache without an SQL table, or no connection; the model
+    function then needs ``n_classes`` from its model arguments.
+    """
+    from ignite_tf.connection import IgniteConnectionConfig
+
+    conn = conn or IgniteConnectionConfig.from_env()
+    if conn is None or np.dtype(label_dtype).kind not in "iu":
+        return None
+    cache = plan.partition_map.cache
+    client = conn.client()
+    try:
+        with client.sql("SELECT SCHEMA_NAME, TABLE_NAME FROM SYS.TABLES WHERE CACHE_NAME = ?",
+                        query_args=[cache]) as cursor:
+            tables = list(cursor)
+        if not tables:
+            return None
+        schema, table = tables[0]
+        with client.sql("SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? AND TABLE_NAME = ?",
+                        query_args=[schema, table]) as cursor:
+            column = next((r[0] for r in cursor if r[0].lower() == label.lower()), None)
+        if column is None:
+            return None
+        with client.sql(f'SELECT MIN("{column}"), MAX("{column}") FROM "{schema}"."{table}"') as cursor:
+            low, high = next(iter(cursor))
+    finally:
+        client.close()
+    if high is None:
+        return None
+    if low < 0:
+        raise ConfigError(f"label {label!r} of cache '{cache}' holds {low}: class labels must be 0 .. n-1")
+    return int(high) + 1
+
+
 # -- sync: chained per-epoch datasets read from Ignite ------------------------------------------------------
 def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | None, epochs: int, steps: int,
                  start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000, input_context=None,

@@ -181,10 +181,14 @@ class Supervisor:
         self.save(force=True)
         return code
 
-    def failed(self, failure: Failure) -> ExitCode:
-        """End the cluster after ``failure`` was not restarted; the reason says why not."""
+    def failed(self, failure: Failure, together: list[Failure] = ()) -> ExitCode:
+        """End the cluster after ``failure`` was not restarted; the reason says why not, and names the tasks
+        that ended in the same poll (which of them failed first cannot be told apart)."""
         policy = self.spec.restart_policy
         why = failure.describe()
+        others = [f.describe() for f in together if f is not failure]
+        if others:
+            why += f" (in the same moment: {'; '.join(others)})"
         if not policy.restarts(failure):
             code = ExitCode.USER_CODE_FAILED
             if policy is RestartPolicy.NEVER:
@@ -206,12 +210,12 @@ class Supervisor:
         for f in failures:
             self.event(f"{f.describe()}: {'retryable' if f.retryable else 'not retryable'} ({f.kind})")
         if not self.spec.restart_policy.restarts(cause):
-            return self.failed(cause)
+            return self.failed(cause, failures)
         why = cause.describe()
         alone = self.spec.mode is Mode.ASYNC and task.role is Role.WORKER and len(failures) == 1
         restarted = self.restart_task(task, why) if alone else self.restart_cluster(why)
         if not restarted:
-            return self.failed(cause)
+            return self.failed(cause, failures)
         self.state.failures.append({**cause.to_dict(), "time": time.time(),
                                     "action": f"restarted {task.name} alone" if alone else "restarted the cluster"})
         return None

@@ -127,6 +127,8 @@ def params_for(config: PipelineConfig) -> dict[str, ParamSpec]:
     if training.entry_point:
         out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode]},
                                 "sync: all-reduce every step; async: parameter servers")
+        out["model_args"] = ParamSpec(dict(training.model_args), {"type": "object"},
+                                      "keyword arguments of the model function, e.g. {\"hidden\": 64}")
     for name in training.uses:
         default = getattr(training, name)
         kind: Any = _PARAM_TYPES[name]
@@ -142,6 +144,8 @@ def _param(name: str, params: dict[str, ParamSpec], fallback: Any) -> Any:
     if name == "learning_rate":
         # "None" must not reach the operator: an empty string means "the model's default".
         return "{{ params.learning_rate if params.learning_rate is not none else '' }}"
+    if name == "model_args":
+        return "{{ params.model_args | tojson }}"  # JSON, not Python's repr of a dict
     return "{{ params." + name + " }}"
 
 
@@ -161,9 +165,10 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                                "epochs": _param("epochs", params, training.epochs),
                                "batch_size": _param("batch_size", params, training.batch_size),
                                "learning_rate": _param("learning_rate", params, training.learning_rate),
+                               "model_args": _param("model_args", params, dict(training.model_args)),
                                "label_column": training.label}
         recorded = {"entry_point": training.entry_point, "label": training.label,
-                    **{k: job[k] for k in ("epochs", "batch_size", "learning_rate")}}
+                    **{k: job[k] for k in ("epochs", "batch_size", "learning_rate", "model_args")}}
     else:
         # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
         job = {"command": [sys.executable, training.script, *training.args], "job_dir": str(training.job_dir)}

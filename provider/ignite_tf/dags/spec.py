@@ -122,6 +122,8 @@ class TrainingConfig:
     """A user's script, relative to ``job_dir``, run unchanged with TF_CONFIG set."""
     args: tuple[str, ...] = ()
     job_dir: Path | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the entry point's model function (``--model-arg``), e.g. ``{"hidden": 64}``."""
     epochs: int = 5
     batch_size: int = 64
     learning_rate: float | None = None
@@ -157,6 +159,8 @@ class TrainingConfig:
                 _fail("script", f"{self.script!r} is not a file in job_dir {self.job_dir}")
         elif self.args or self.job_dir is not None:
             _fail("args" if self.args else "job_dir", "goes with script; an entry_point takes the training settings")
+        if self.script is not None and self.model_args:
+            _fail("model_args", "goes with entry_point; a script takes its settings from args")
 
     @property
     def uses(self) -> tuple[str, ...]:
@@ -385,7 +389,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         return TrainingConfig(
             mode=Mode(t.get("mode", "sync")), workers=t.get("workers", 2), ps=t.get("ps", 1),
             launcher=Launcher(t.get("launcher", "local")), entry_point=t.get("entry_point"), script=t.get("script"),
-            args=tuple(t.get("args", ())), job_dir=job_dir, epochs=t.get("epochs", 5),
+            args=tuple(t.get("args", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
+            epochs=t.get("epochs", 5),
             batch_size=t.get("batch_size", 64), learning_rate=None if lr is None else float(lr),
             label=t.get("label", "label"), max_restarts=t.get("max_restarts", 2),
             startup_deadline_s=float(t.get("startup_deadline_s", 180.0)),

@@ -41,7 +41,7 @@ class BatchInferenceOperator(IgniteTFOperator):
                                version=self.version or None, input_cache=self.input_cache,
                                output_cache=self.output_cache, tasks=tasks, features=self.features,
                                batch_size=self.batch_size, partition_map=pm)
-        out = report.to_dict()
-        self.log.info("scored %s rows in %.1fs (%.0f rows/s) with %s %s", out.get("rows"), out.get("seconds", 0),
-                      out.get("rows_per_s", 0), self.model_name, out.get("version"))
-        return out
+        # Attributes, not dict keys: a renamed field fails here loudly instead of logging None.
+        self.log.info("scored %d rows in %.1fs (%.0f rows/s) with %s %s", report.rows_scored, report.seconds,
+                      report.rows_per_second, report.model, report.version)
+        return report.to_dict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,8 @@ class TFClusterOperator(IgniteTFOperator):
     :param ps: parameter servers in async mode (templated).
     :param epochs / batch_size / learning_rate / label_column: training parameters for an entry point
         (templated).
+    :param model_args: keyword arguments of the entry point's model function, a dict or its JSON text
+        (templated), e.g. ``{"hidden": 64}``; each becomes ``--model-arg key=<JSON value>``.
     :param max_restarts: restarts after failures; ``startup_deadline_s``: seconds for all tasks to come up.
     :param restart_policy: which failures are restarted: ``on-failure``, ``exit-code`` (default: signals,
         statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
@@ -43,12 +46,13 @@ class TFClusterOperator(IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env")
+                                      "restart_policy", "env", "model_args")
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
-                 learning_rate: float | str | None = None, label_column: str = "label", max_restarts: int | str = 2,
+                 learning_rate: float | str | None = None, label_column: str = "label",
+                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = 2,
                  startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
                  deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
@@ -56,10 +60,12 @@ class TFClusterOperator(IgniteTFOperator):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
+        if command is not None and model_args:
+            raise ValueError(f"{self.task_id}: model_args= goes with entry_point=; a command takes its own arguments")
         self.cache, self.entry_point, self.command, self.job_dir = cache, entry_point, command, job_dir
         self.plan, self.mode, self.workers, self.ps = plan, mode, workers, ps
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
-        self.label_column = label_column
+        self.label_column, self.model_args = label_column, model_args
         self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
         self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
@@ -80,6 +86,8 @@ class TFClusterOperator(IgniteTFOperator):
         args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label", self.label_column]
         if self.learning_rate not in (None, ""):
             args += ["--learning-rate", str(float(self.learning_rate))]
+        for key, value in (as_dict(self.model_args) if self.model_args else {}).items():
+            args += ["--model-arg", f"{key}={json.dumps(value)}"]
         return {"entry_point": self.entry_point, "args": args + list(self.extra_args or [])}
 
     def execute(self, context) -> dict[str, Any]:
