@@ -19,9 +19,9 @@ Optionally, as a secured production cluster would run:
 ``connection.json`` in the state folder (mode 600: it holds the password) is a connection file for
 ``ignite-tf -c``. ``down`` removes it with the work folders (persistence files) and certificates.
 
-    python -m ignite_tf.local_ignite up -n 2 [--port 10800] [--state-dir DIR] [--auth] [--tls]
-    python -m ignite_tf.local_ignite status [--state-dir DIR]
-    python -m ignite_tf.local_ignite down [--state-dir DIR]
+    python -m ignite_tf.local_ignite_cli up -n 2 [--port 10800] [--state-dir DIR] [--auth] [--tls]
+    python -m ignite_tf.local_ignite_cli status [--state-dir DIR]
+    python -m ignite_tf.local_ignite_cli down [--state-dir DIR]
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -400,8 +399,3 @@ def _activate_and_set_password(client, password: str | None) -> None:
         quoted = password.replace("'", "''")
         client.sql(f"ALTER USER \"{IGNITE_USER}\" WITH PASSWORD '{quoted}'").close()
 
-
-if __name__ == "__main__":
-    from ignite_tf.local_ignite_cli import main
-
-    sys.exit(main())

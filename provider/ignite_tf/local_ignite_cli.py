@@ -1,4 +1,4 @@
-"""``python -m ignite_tf.local_ignite_cli`` (also ``python -m ignite_tf.local_ignite``): what the Makefile's
+"""``python -m ignite_tf.local_ignite_cli``: what the Makefile's
 ``ignite-up``, ``ignite-down`` and ``ignite-status`` targets run. See :mod:`ignite_tf.local_ignite`.
 """
 
@@ -21,7 +21,7 @@ def default_state_dir() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ignite_tf.local_ignite", description="Run Apache Ignite server nodes on localhost.",
+        prog="python -m ignite_tf.local_ignite_cli", description="Run Apache Ignite server nodes on localhost.",
         epilog="With --auth the password of user 'ignite' is taken from $IGNITE_TF_PASSWORD (default: ignite).")
     parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
                         help="the cluster's folder: pids, logs, work folders (default $IGNITE_TF_STATE_DIR "

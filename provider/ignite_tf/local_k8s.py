@@ -33,16 +33,9 @@ import yaml
 
 from ignite_tf import local_k8s_host as host
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.local_k8s_layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
 from ignite_tf.local_procs import pid_alive, port_free
 
-K8S_VERSION = "v1.33.13"  # v1.31/v1.32 cannot be built from the module proxy (403 on staging modules)
-KWOK_VERSION = "v0.8.0"
-CACHE = Path(os.environ.get("IGNITE_TF_HOME", Path.home() / ".cache" / "ignite-tf"))
-K8S_HOME = Path(os.environ.get("IGNITE_TF_K8S_HOME", CACHE / f"k8s-{K8S_VERSION}"))
-# k8s/ of the source tree (build script, PKI script, configuration templates).
-CONF_DIR = Path(os.environ.get("IGNITE_TF_K8S_CONF", Path(__file__).resolve().parents[2] / "k8s"))
-BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kube-proxy", "kubectl",
-            "kwok", "pause")
 APISERVER_PORT = 6443
 ETCD_PORTS = (2379, 2380, 2381)
 POD_CIDR = "10.244.0.0/24"
@@ -59,31 +52,6 @@ RUN_FOR_ANNOTATION = "ignite-tf.io/run-for"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "containerd", "kubelet",
               "kube-proxy", "kwok")
 STAGE_DELAY_MS = 200  # kwok's stock stages wait 1 s + up to 5 s jitter per step: too slow for tests
-
-
-class Layout:
-    """Where everything of one cluster lives: ``bin`` and ``images`` are kept, ``run`` is wiped by down."""
-
-    def __init__(self, home: Path = K8S_HOME):
-        self.home = Path(home)
-        self.bin = self.home / "bin"
-        self.images = self.home / "images"
-        self.pki = self.home / "pki"
-        self.run = self.home / "run"
-        self.logs = self.run / "logs"
-        self.pids = self.run / "pids"
-        self.kubeconfig = self.pki / "admin.kubeconfig"
-        self.containerd_sock = self.run / "containerd.sock"
-        self.host_state = self.home / "host-state.json"
-
-    def pid_of(self, name: str) -> int:
-        try:
-            return int((self.pids / f"{name}.pid").read_text())
-        except (OSError, ValueError):
-            return 0
-
-    def built(self) -> bool:
-        return all((self.bin / b).exists() for b in BINARIES) and (self.home / "kwok-stages").is_dir()
 
 
 def node_ip() -> str:

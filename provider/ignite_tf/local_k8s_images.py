@@ -26,8 +26,8 @@ import tarfile
 from pathlib import Path
 
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.local_k8s import K8S_VERSION, Layout
 from ignite_tf.local_k8s_host import ctr, tail
+from ignite_tf.local_k8s_layout import K8S_VERSION, Layout
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 LOCK = PROJECT_DIR / "requirements" / "lock.txt"
