@@ -134,7 +134,8 @@ def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_pat
     seen = {}
     for index in (0, 1):
         monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        ds = itd.dataset(batch_size=64, epoch=1, label="label", include_key=True, shuffle_buffer=256)
+        ds = itd.dataset(batch_size=64, epoch=1, label="label", include_key=True, shuffle_buffer=256,
+                         drop_remainder=False)
         ids, labels = [], []
         for features, label in ds:
             ids.extend(features["id"].numpy().tolist())
