@@ -46,9 +46,9 @@ from ignite_tf.local_procs import (
     MAX_NODES,
     PORT_RANGES,
     _die_with_parent,
-    _kill_and_wait,
     _tail,
     free_port_bases,
+    kill_and_wait,
     pid_alive,
     port_free,
 )
@@ -281,7 +281,7 @@ class LocalIgniteCluster:
     def stop_node(self, index: int, sig: int = signal.SIGKILL, wait: float = 30) -> None:
         """Stop one node: SIGKILL simulates a crash, SIGTERM a graceful leave."""
         node = next(x for x in self.nodes if x.index == index)
-        _kill_and_wait(node.pid, sig, wait, self._procs.get(node.pid))
+        kill_and_wait(node.pid, sig, wait, self._procs.get(node.pid))
 
     # -- wait ----------------------------------------------------------------------------------------
     def _login(self, node: Node, password: str | None = None):
@@ -367,7 +367,7 @@ class LocalIgniteCluster:
         stopped = []
         for node in self.nodes:
             if pid_alive(node.pid):
-                _kill_and_wait(node.pid, signal.SIGTERM, wait, self._procs.get(node.pid))
+                kill_and_wait(node.pid, signal.SIGTERM, wait, self._procs.get(node.pid))
                 stopped.append(node.pid)
         for proc in self._procs.values():
             proc.poll()

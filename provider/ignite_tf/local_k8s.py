@@ -34,7 +34,7 @@ import yaml
 from ignite_tf import local_k8s_host as host
 from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.local_k8s_layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
-from ignite_tf.local_procs import pid_alive, port_free
+from ignite_tf.local_procs import kill_and_wait, pid_alive, port_free
 
 APISERVER_PORT = 6443
 ETCD_PORTS = (2379, 2380, 2381)
@@ -313,7 +313,7 @@ def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
 def _stop(layout: Layout, name: str, wait: float = 20) -> int:
     pid = layout.pid_of(name)
     if pid and pid_alive(pid):
-        host.kill_and_wait(pid, signal.SIGTERM, wait)
+        kill_and_wait(pid, signal.SIGTERM, wait)
     (layout.pids / f"{name}.pid").unlink(missing_ok=True)
     return pid if pid else 0
 

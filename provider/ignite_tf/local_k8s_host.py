@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.local_procs import pid_alive
+from ignite_tf.local_procs import kill_and_wait, pid_alive
 
 # command (or file) -> Debian package providing it
 PACKAGES = {
@@ -80,25 +80,6 @@ def ensure_packages() -> None:
 
 def ctr(sock: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(["ctr", "-a", str(sock), *args], capture_output=True, text=True, timeout=600, **kwargs)
-
-
-def kill_and_wait(pid: int, sig: int = signal.SIGTERM, wait: float = 20) -> None:
-    """Signal a process group led by ``pid``; SIGKILL it if it outlives ``wait`` seconds."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        os.kill(pid, sig)
-    deadline = time.monotonic() + wait
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + wait
-        time.sleep(0.1)
 
 
 # -- containers ----------------------------------------------------------------------------------------

@@ -74,7 +74,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _kill_and_wait(pid: int, sig: int, wait: float, proc: subprocess.Popen | None = None) -> None:
+def kill_and_wait(pid: int, sig: int = signal.SIGTERM, wait: float = 20,
+                  proc: subprocess.Popen | None = None) -> None:
+    """Signal the process group led by ``pid``; SIGKILL it each time it outlives ``wait`` seconds."""
     try:
         os.killpg(pid, sig)  # each node leads its own session/process group
     except ProcessLookupError:
