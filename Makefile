@@ -11,7 +11,7 @@ STATE_DIR :=
 AUTH :=
 TLS :=
 YES = $(filter 1 true yes,$(1))
-IGNITE := $(PY) -m ignite_tf.local_ignite_cli $(if $(STATE_DIR),--state-dir $(STATE_DIR))
+IGNITE := $(PY) -m ignite_tf.dev.ignite $(if $(STATE_DIR),--state-dir $(STATE_DIR))
 K8S_NODES ?= 3
 STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
@@ -27,7 +27,7 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	@test -x $(UV) || .venv/bin/pip install -q uv==0.13.8
 	$(UV) pip sync -q --python $(PY) requirements/lock.txt
 	$(UV) pip install -q --python $(PY) --no-deps -e .
-	$(PY) -m ignite_tf.local_ignite_cli fetch
+	$(PY) -m ignite_tf.dev.ignite fetch
 	@touch $(STAMP)
 
 # Re-resolve requirements/requirements.in into the lock (run by hand, then commit the lock).
@@ -39,7 +39,7 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m ignite_tf.demo
+	$(PY) -m ignite_tf.dev.demo
 
 bench: setup
 	$(PY) bench/ingest.py
@@ -69,19 +69,19 @@ ignite-down: setup
 ignite-status: setup
 	$(IGNITE) status
 
-# A local Kubernetes (ignite_tf.local_k8s): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
+# A local Kubernetes (ignite_tf.dev.k8s.cluster): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
 # the first time on 2 cores), then etcd + control plane + $(K8S_NODES) kwok nodes + one real node. Needs root.
 k8s-build: setup
-	$(PY) -m ignite_tf.local_k8s build
+	$(PY) -m ignite_tf.dev.k8s build
 
 k8s-up: setup
-	$(PY) -m ignite_tf.local_k8s up -n $(K8S_NODES)
+	$(PY) -m ignite_tf.dev.k8s up -n $(K8S_NODES)
 
 k8s-down: setup
-	$(PY) -m ignite_tf.local_k8s down
+	$(PY) -m ignite_tf.dev.k8s down
 
 k8s-status: setup
-	$(PY) -m ignite_tf.local_k8s status
+	$(PY) -m ignite_tf.dev.k8s status
 
 clean:
 	rm -rf .venv .airflow build dist provider/*.egg-info

@@ -3,7 +3,7 @@
     .venv/bin/python bench/ingest.py [--rows N] [--json]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error), loads N
-rows (16 float32 features + 1 int32 label; with ``ignite_tf.etl.load`` when it exists and works, else
+rows (16 float32 features + 1 int32 label; with ``ignite_tf.etl.load.load`` when it exists and works, else
 pyignite ``put_all`` into a SQL table), then times:
 
   (a) pyignite ``cache.scan()`` as shipped (page_size=1), on a prefix of the rows (it is that slow),
@@ -47,7 +47,7 @@ def make_frame(n: int) -> dict[str, np.ndarray]:
 
 
 def free_cluster(state_dir: Path):
-    from ignite_tf.local_ignite import LocalIgniteCluster
+    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
 
     return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
 
@@ -57,15 +57,15 @@ def load(conn, data: dict[str, np.ndarray]) -> str:
     try:
         import pandas as pd
 
-        from ignite_tf.etl import load as etl_load
+        from ignite_tf.etl.load import load as etl_load
     except ImportError:
         etl_load = None
     if etl_load is not None:
         try:
             etl_load(conn, CACHE, pd.DataFrame(data), key="id")
-            return "ignite_tf.etl.load"
+            return "ignite_tf.etl.load.load"
         except Exception as exc:  # noqa: BLE001 - fall back, and say so in the report
-            print(f"ignite_tf.etl.load failed ({exc.__class__.__name__}: {exc}); loading with put_all",
+            print(f"ignite_tf.etl.load.load failed ({exc.__class__.__name__}: {exc}); loading with put_all",
                   file=sys.stderr)
     return _load_put_all(conn, data)
 
@@ -118,7 +118,7 @@ def time_pyignite_scan(conn, page_size: int | None, limit: int) -> tuple[int, fl
 
 
 def time_reader(conn) -> tuple[int, float, dict]:
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     start, n = time.perf_counter(), 0
     with PartitionReader(conn, CACHE, batch_size=BATCH, page_size=BATCH) as reader:
@@ -142,7 +142,7 @@ def time_memory(data: dict[str, np.ndarray]) -> tuple[int, float]:
 def rss_child(addresses: str, partitions: int) -> None:
     """Runs in a fresh process: read the first ``partitions`` partitions, print rows and peak RSS."""
     from ignite_tf.connection import IgniteConnectionConfig
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     n = 0
     with PartitionReader(IgniteConnectionConfig(addresses=addresses), CACHE, batch_size=BATCH,

@@ -91,7 +91,7 @@ def first_step(conn, workers: int, tmp: Path) -> dict:
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
-    from ignite_tf.local_ignite import pid_alive
+    from ignite_tf.dev.ignite.cluster import pid_alive
 
     root = tmp / f"w{workers}"
     mark = root / "first_step"
@@ -159,8 +159,8 @@ def _reap(pid: int) -> None:
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
         jvm_warmup: int = 25) -> dict:
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl import load
-    from ignite_tf.local_ignite import LocalIgniteCluster
+    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf.etl.load import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds}
     if startup:

@@ -129,7 +129,7 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
     (discovery each time).
     """
     import ignite_tf.data as itd
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     plan = itd.load_plan(cache=STEPS_CACHE, conn=conn)
     best: dict[str, float] = {}
@@ -173,7 +173,7 @@ def warm_nodes(conn, passes: int, node_pids: list[int]) -> list[float]:
     (measured on this machine: 1.65 CPU-s for the first pass of 512,000 rows, 0.3 from the 25th on), and
     that CPU competes with the training measured right after. Returns the nodes' CPU-s of each pass.
     """
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     spent = []
     with PartitionReader(conn, STEPS_CACHE, batch_size=10_000) as reader:

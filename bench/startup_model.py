@@ -23,7 +23,7 @@ def model(n_features: int = 16, n_classes: int | None = None, learning_rate: flo
     import tf_keras
 
     from ignite_tf.models import tabular_classifier
-    from ignite_tf.runtime import task_info
+    from ignite_tf.runtime.task import task_info
 
     built = tabular_classifier(n_features=n_features, n_classes=n_classes, learning_rate=learning_rate)
     mark = os.environ.get(ENV_MARK)

@@ -3,7 +3,7 @@
     .venv/bin/python bench/validate.py [--rows N] [--json]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error), loads N rows
-(16 float32 features + 1 int32 label, ``ignite_tf.etl.load``), plans 2 shards (one per node) and times,
+(16 float32 features + 1 int32 label, ``ignite_tf.etl.load.load``), plans 2 shards (one per node) and times,
 best of ``--repeat`` runs, shard after shard in this process:
 
   read_rows_s      ``PartitionReader.read_all`` of every shard (all columns),
@@ -45,13 +45,13 @@ SUITE = {
 
 
 def free_cluster(state_dir: Path):
-    from ignite_tf.local_ignite import LocalIgniteCluster
+    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
 
     return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
 
 
 def time_read(conn, tasks: list) -> tuple[int, float]:
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     started, rows = time.perf_counter(), 0
     for shard_tasks in tasks:
@@ -61,7 +61,7 @@ def time_read(conn, tasks: list) -> tuple[int, float]:
 
 
 def time_validate(conn, tasks: list, suite) -> tuple[object, float]:
-    from ignite_tf.validation import merge, validate_shard
+    from ignite_tf.validation.run import merge, validate_shard
 
     started = time.perf_counter()
     results = [validate_shard(conn, CACHE, t, suite, shard=i, batch_size=65536, page_size=4096)
@@ -74,12 +74,12 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
     import numpy as np
 
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl import load
-    from ignite_tf.partitions import PartitionMap
-    from ignite_tf.shardplan import ShardPlan
-    from ignite_tf.validation import Suite, validate_frame
-    from ignite_tf.validation_results import UNIQUE, _unique_over_cache
-    from ignite_tf.validation_suite import ExpectationSpec
+    from ignite_tf.etl.load import load
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.validation.results import UNIQUE, unique_over_cache
+    from ignite_tf.validation.run import validate_frame
+    from ignite_tf.validation.suite import ExpectationSpec, coerce_suite
 
     def say(msg):
         if not quiet:
@@ -89,7 +89,7 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
     import great_expectations  # noqa: F401 - timed apart: a validation task pays it once
 
     import_s = time.perf_counter() - started
-    suite = Suite.from_dict(SUITE)
+    suite = coerce_suite(SUITE)
     frame = tabular(rows, seed=7)
     with tempfile.TemporaryDirectory(prefix="validate-bench-") as tmp:
         cluster = free_cluster(Path(tmp))
@@ -122,7 +122,7 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
             in_read_s = sum(r.read_seconds for r in summary.shards)
             # f0 (not the key, which is unique by construction) makes the servers group every row.
             started = time.perf_counter()
-            unique = _unique_over_cache(conn, CACHE, ExpectationSpec(UNIQUE, {"column": "f0"}, "unique"), [])
+            unique = unique_over_cache(conn, CACHE, ExpectationSpec(UNIQUE, {"column": "f0"}, "unique"), [])
             unique_s = time.perf_counter() - started
         finally:
             cluster.down()
@@ -158,7 +158,7 @@ def table(r: dict) -> str:
         f"suites {d['warmup_s']:.1f}s",
         f"not in the suite: a cache-wide unique(f0) check on the servers (GROUP BY ... HAVING) took "
         f"{d['unique_s']:.1f}s ({d['unique']})",
-        f"load with ignite_tf.etl.load: {d['load_s']:.1f}s",
+        f"load with ignite_tf.etl.load.load: {d['load_s']:.1f}s",
     ])
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from ignite_tf.local_ignite import port_free
+from ignite_tf.dev.ignite.cluster import port_free
 
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
-from ignite_tf.local_ignite import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
+from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 from tests.k8sutil import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 
 

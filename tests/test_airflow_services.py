@@ -53,7 +53,7 @@ def wait_parsed(svc: AirflowServices, dag_id: str, timeout: float = 180.0) -> di
 
 
 def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services):
-    from ignite_tf.registry import ModelRegistry
+    from ignite_tf.registry.publish import ModelRegistry
     from tests.clusterutil import assert_nothing_left
 
     svc, root = services

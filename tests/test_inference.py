@@ -14,8 +14,8 @@ import pytest
 from ignite_tf import demo_data, etl
 from ignite_tf.errors import ConfigError
 from ignite_tf.inference import postprocess, predict_shard
-from ignite_tf.reader import ReadTask
-from ignite_tf.registry import BlessingGate, ModelRegistry, VersionNotFoundError
+from ignite_tf.reader.partition import ReadTask
+from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError
 
 pytestmark = pytest.mark.integration
 FEATURES = demo_data.feature_columns()

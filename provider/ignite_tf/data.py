@@ -21,7 +21,7 @@ Outside a cluster (no TF_CONFIG, no plan) pass ``cache=`` and the one worker rea
 These datasets run in the calling Python process (``from_generator``), which is what MultiWorkerMirroredStrategy
 and single-process training need. Under ParameterServerStrategy the dataset function is traced on the
 coordinator and runs on the workers, so async mode feeds workers from local files instead
-(``ignite_tf.runtime_feed``).
+(``ignite_tf.runtime.feed``).
 
 Why blocks: Python work per batch (a generator step, a dict of column slices, stacking) cost more than a
 training step of a small model. So Python hands tf.data a block of rows at a time (``BLOCK_ROWS``, or whole
@@ -43,7 +43,7 @@ import numpy as np
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
-from ignite_tf.shardplan import ShardPlan, WorkerShard
+from ignite_tf.plan.shards import ShardPlan, WorkerShard
 
 ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
@@ -67,7 +67,7 @@ def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None =
     if not cache:
         raise ConfigError(f"no shard plan: set {ENV_PLAN} (the launcher does), pass plan=..., or pass cache=... "
                           f"to read a whole cache as a single worker")
-    from ignite_tf.partitions import PartitionMap
+    from ignite_tf.plan.partitions import PartitionMap
 
     return ShardPlan.build(PartitionMap.discover(_conn(conn), cache), 1, reshuffle="none")
 
@@ -126,13 +126,13 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
 
     With ``shuffle_buffer``, rows are permuted within units of ``max(batch_size, shuffle_buffer)`` rows and a
     block is a whole number of units (one, when a unit is larger than ``block_rows``). ``stack``: numeric
-    columns decoded straight into one float32 matrix ``block[ignite_tf.reader.STACKED]`` (NULLs filled).
+    columns decoded straight into one float32 matrix ``block[ignite_tf.reader.partition.STACKED]`` (NULLs filled).
     ``layout``: a ``PartitionReader.layout`` of the cache, so the reader need not ask the cluster for it.
     ``iteration``: which pass over the shard this is. Pass 0 is shuffled by ``(seed, epoch, worker)``, a
     later pass by ``(seed, epoch, worker, iteration)``: a repeated dataset sees a new order every pass, as
     with tf.data's ``shuffle`` (and, with ``drop_remainder``, leaves out different rows each pass).
     """
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     plan = load_plan(plan, cache=cache, conn=conn)
     my = shard(epoch, worker=worker, plan=plan, input_context=input_context)
@@ -211,7 +211,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     passes = itertools.count()  # tf.data calls generate() again for every pass (``.repeat()``, each fit epoch)
 
     def generate():
-        from ignite_tf.reader import STACKED
+        from ignite_tf.reader.partition import STACKED
 
         for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
                             columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
@@ -255,8 +255,8 @@ def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
 
 # -- helpers ---------------------------------------------------------------------------------------------
 def _reported(stream: Iterator[dict], epoch: int) -> Iterator[dict]:
-    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.progress``)."""
-    from ignite_tf import progress
+    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.runtime.progress``)."""
+    from ignite_tf.runtime import progress
 
     for n, block in enumerate(stream, 1):
         progress.report(f"epoch {epoch + 1}: read block {n}")
@@ -271,7 +271,7 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
 
 
 def _columns(plan: ShardPlan, conn, label, features, include_key):
-    from ignite_tf.reader import PartitionReader
+    from ignite_tf.reader.partition import PartitionReader
 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
         dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
@@ -296,7 +296,7 @@ def _tf_dtype(tf, dtype: np.dtype):
 
 def _filled(values: np.ndarray) -> np.ndarray:
     if isinstance(values, np.ma.MaskedArray):
-        from ignite_tf._binary import null_fill
+        from ignite_tf.reader.binary import null_fill
 
         return values.filled(null_fill(values.dtype))
     return values

@@ -2,7 +2,7 @@
 
 One call scores one shard (partitions or ReadTasks), so an Airflow task mapped over the shards of a
 ShardPlan scores the whole cache in parallel, each task reading its own partitions. Predictions go to
-``output_cache`` keyed like the input, written with :func:`ignite_tf.etl.load`: a retried shard overwrites
+``output_cache`` keyed like the input, written with :func:`ignite_tf.etl.load.load`: a retried shard overwrites
 its own rows and never adds rows. Memory is one read batch plus at most ``write_rows`` pending
 predictions, whatever the size of the shard.
 
@@ -21,7 +21,7 @@ import pandas as pd
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
-from ignite_tf.reader import PartitionReader, ReadTask
+from ignite_tf.reader.partition import PartitionReader, ReadTask
 
 KINDS = ("classifier", "regressor")
 
@@ -169,7 +169,7 @@ def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, ve
     probability of the predicted class).
 
     :param conn: the cluster.
-    :param registry_root: the :class:`~ignite_tf.registry.ModelRegistry` root (path, URL, ObjectStoragePath).
+    :param registry_root: the :class:`~ignite_tf.registry.publish.ModelRegistry` root (path, URL, ObjectStoragePath).
     :param model: model name in the registry.
     :param version: version to use; default the production version.
     :param input_cache: cache holding the rows to score.
@@ -186,8 +186,8 @@ def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, ve
     :param storage_options: fsspec options for a URL ``registry_root``.
     :raises ConfigError: unknown model/version, features or kind, or output_cache == input_cache.
     """
-    from ignite_tf.etl import load
-    from ignite_tf.registry import ModelRegistry
+    from ignite_tf.etl.load import load
+    from ignite_tf.registry.publish import ModelRegistry
 
     started = time.monotonic()
     if output_cache.lower() == input_cache.lower():
@@ -206,7 +206,7 @@ def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, ve
                              partitions=sorted({t.partition for t in tasks}), tasks=len(tasks))
     routes = {}
     if partition_map is not None:
-        from ignite_tf.partitions import PartitionMap
+        from ignite_tf.plan.partitions import PartitionMap
 
         pm = partition_map if isinstance(partition_map, PartitionMap) else PartitionMap.from_dict(partition_map)
         routes = {"primaries": pm.primary_addresses(), "backups": pm.backup_addresses()}

@@ -5,7 +5,7 @@ import os
 import socket
 import time
 
-from ignite_tf import progress
+from ignite_tf.runtime import progress
 
 cfg = json.loads(os.environ["TF_CONFIG"])
 host, port = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]].rsplit(":", 1)

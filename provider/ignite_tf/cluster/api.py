@@ -65,8 +65,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
-    from ignite_tf.partitions import PartitionMap
-    from ignite_tf.shardplan import ShardPlan
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
 
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
+from ignite_tf.cluster.procs import pid_alive
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.local_procs import pid_alive
 
 
 class Launcher(ABC):

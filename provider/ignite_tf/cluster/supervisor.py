@@ -27,11 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf import progress
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
+from ignite_tf.runtime import progress
 
 POLL_S = 0.2
 HEARTBEAT_S = 2.0

@@ -28,7 +28,7 @@ from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.errors import ConfigError
-from ignite_tf.shardplan import Reshuffle
+from ignite_tf.plan.shards import Reshuffle
 
 SCHEMA_RESOURCE = "pipeline.schema.json"
 DEFAULT_REGISTRY = "${IGNITE_TF_REGISTRY:-~/.cache/ignite-tf/registry}"
@@ -117,7 +117,7 @@ class TrainingConfig:
     ps: int = 1
     launcher: Launcher = Launcher.LOCAL
     entry_point: str | None = None
-    """``package.module:function`` returning a compiled tf_keras model, trained by ``ignite_tf.runtime``."""
+    """``package.module:function`` returning a compiled tf_keras model, trained by ``ignite_tf.runtime.train``."""
     script: str | None = None
     """A user's script, relative to ``job_dir``, run unchanged with TF_CONFIG set."""
     args: tuple[str, ...] = ()

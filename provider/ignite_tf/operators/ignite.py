@@ -32,7 +32,7 @@ class IgniteLoadOperator(IgniteTFOperator):
         self.schema, self.key, self.batch_size = schema, key, batch_size
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.etl import load
+        from ignite_tf.etl.load import load
 
         source = self.source_callable() if self.source_callable else self.source
         report = load(self.conn, self.cache, source, schema=self.schema, key=self.key, batch_size=self.batch_size)
@@ -54,7 +54,7 @@ class IgnitePartitionsOperator(IgniteTFOperator):
         self.cache = cache
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.partitions import PartitionMap
+        from ignite_tf.plan.partitions import PartitionMap
 
         pm = PartitionMap.discover(self.conn, self.cache)
         self.log.info("%s", pm.summary())

@@ -32,7 +32,7 @@ class BatchInferenceOperator(IgniteTFOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.inference import predict_shard
-        from ignite_tf.partitions import PartitionMap
+        from ignite_tf.plan.partitions import PartitionMap
 
         pm = PartitionMap.discover(self.conn, self.input_cache, count_rows=False)
         shard, shards = int(self.shard), int(self.shards)

@@ -55,14 +55,14 @@ class PublishModelOperator(IgniteTFOperator):
         self.training_params = training_params or {}
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.registry import BlessingGate, ModelRegistry
+        from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 
         training = as_dict(self.training)
         run_dir = Path(training["run_dir"])
         metrics = {k: v for k, v in (training.get("metrics") or {}).items() if isinstance(v, int | float)}
         data: dict[str, Any] = {}
         if self.partition_map:
-            from ignite_tf.partitions import PartitionMap
+            from ignite_tf.plan.partitions import PartitionMap
 
             pm = PartitionMap.from_dict(as_dict(self.partition_map))
             data.update({"cache": pm.cache, "rows": pm.total_rows, "partitions": pm.partitions,

@@ -35,8 +35,8 @@ class ShardPlanOperator(IgniteTFOperator):
         self.worker_hosts, self.reshuffle, self.seed = worker_hosts, reshuffle, seed
 
     def execute(self, context) -> list[int]:
-        from ignite_tf.partitions import PartitionMap
-        from ignite_tf.shardplan import ShardPlan
+        from ignite_tf.plan.partitions import PartitionMap
+        from ignite_tf.plan.shards import ShardPlan
 
         if self.partition_map:
             pm = PartitionMap.from_dict(as_dict(self.partition_map))

@@ -92,7 +92,7 @@ class TFClusterOperator(IgniteTFOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.cluster.api import make_launcher, start_cluster
-        from ignite_tf.shardplan import ShardPlan
+        from ignite_tf.plan.shards import ShardPlan
 
         launcher = make_launcher(self.conn)
         try_number = context["ti"].try_number

@@ -30,8 +30,8 @@ class ValidateShardOperator(IgniteTFOperator):
         self.plan, self.shard, self.suite, self.sample_fraction = plan, shard, suite, sample_fraction
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.shardplan import ShardPlan
-        from ignite_tf.validation import validate_shard
+        from ignite_tf.plan.shards import ShardPlan
+        from ignite_tf.validation.run import validate_shard
 
         plan = ShardPlan.from_dict(as_dict(self.plan))
         shard = int(self.shard)
@@ -60,7 +60,7 @@ class ValidationGateOperator(IgniteTFOperator):
         self.results, self.suite, self.cache, self.run_root = results, suite, cache, run_root
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.validation import ShardResult, ValidationFailed, gate, merge, write_results
+        from ignite_tf.validation.run import ShardResult, ValidationFailed, gate, merge, write_results
 
         # Indexing up to len() reads each mapped result once; iterating Airflow's lazy sequence asks for one
         # past the end and logs a 404 "XCom not found" error in every run.

@@ -1,0 +1,9 @@
+"""Development helpers: a local Apache Ignite, a local Kubernetes, the demo.
+
+They run from a source checkout: configuration (``docker/``, ``k8s/``) and the demo's ``dags/`` are read from it.
+"""
+
+from pathlib import Path
+
+SOURCE_TREE = Path(__file__).resolve().parents[3]
+"""The checkout this package runs from (``provider/ignite_tf/dev`` is three levels below it)."""

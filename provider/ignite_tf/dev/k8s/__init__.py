@@ -1,0 +1,1 @@
+"""A local Kubernetes (control plane, kwok nodes, a real kubelet node) for development and tests."""

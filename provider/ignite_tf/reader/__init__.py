@@ -1,0 +1,1 @@
+"""Reading Ignite partitions: the thin-client scan, the binary-object decoder, the table layout."""

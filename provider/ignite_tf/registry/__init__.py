@@ -1,0 +1,1 @@
+"""The model registry: versions published behind a quality gate, on any fsspec location."""

@@ -1,0 +1,1 @@
+"""The TensorFlow task runtime: ``python -m ignite_tf.runtime`` runs one task of a cluster."""

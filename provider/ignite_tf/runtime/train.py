@@ -1,0 +1,322 @@
+"""The worker runtime: what every task of a TensorFlow cluster runs.
+
+The launcher starts each task as ``python -m ignite_tf.runtime --entry-point module:function --epochs N
+--batch-size B --label label`` with ``TF_CONFIG`` and the ``IGNITE_TF_*`` environment (see
+``ignite_tf.cluster.spec``), in the task's own directory. The task's role decides what it does:
+
+- sync mode (MultiWorkerMirroredStrategy): every worker trains; worker 0 is the chief;
+- async mode (ParameterServerStrategy): the ``chief`` trains (it is the coordinator); each ``worker`` writes
+  its shard into a local feed (see ``ignite_tf.runtime.feed``) and then serves; each ``ps`` serves.
+
+``train`` builds the model from the entry point (a function returning a COMPILED tf_keras model, called
+inside ``strategy.scope()``), trains it with ``BackupAndRestore`` (a restarted cluster resumes at the last
+finished epoch) and a callback (``ignite_tf.runtime.report``) that, on the chief, prints one line per epoch,
+reports it to the cluster state and writes it as TensorBoard scalars; then saves the model as a SavedModel in
+``<checkpoint_dir>/model``.
+
+TensorFlow is imported inside functions only (``TF_USE_LEGACY_KERAS=1`` is set first: with Keras 3,
+``fit`` under MultiWorkerMirroredStrategy fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib
+import inspect
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.errors import ConfigError
+from ignite_tf.runtime import progress
+from ignite_tf.runtime.report import make_reporter
+from ignite_tf.runtime.task import TaskInfo, task_info
+
+MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
+
+
+def import_tf():
+    """Import TensorFlow the way the runtime needs it (Keras 2 API through tf_keras)."""
+    if "tensorflow" not in sys.modules:
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    elif os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        print("warning: tensorflow was imported before TF_USE_LEGACY_KERAS=1 was set; the runtime uses tf_keras "
+              "explicitly, but a model built with tf.keras (Keras 3) will fail under distribution",
+              file=sys.stderr)
+    import tensorflow as tf
+
+    return tf
+
+
+def strategy(mode: Mode | str | None = None):
+    """The distribution strategy for this task.
+
+    No TF_CONFIG: the default strategy. Sync: ``MultiWorkerMirroredStrategy()``. Async (chief only):
+    ``ParameterServerStrategy(TFConfigClusterResolver())``. TensorFlow waits without limit for missing
+    peers here; the supervisor enforces the start-up deadline.
+    """
+    info = task_info(mode)
+    tf = import_tf()
+    if info.type is None:
+        return tf.distribute.get_strategy()
+    if info.mode is Mode.SYNC:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if info.type != "chief":
+        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: call serve(), not strategy(); "
+                          f"only the chief creates the ParameterServerStrategy")
+    # Fail fast on a lost worker so the coordinator reschedules its steps instead of waiting on gRPC.
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.ParameterServerStrategy(resolver)
+
+
+def serve(*, epochs: int = 0, batch_size: int = 1024, label: str | None = None, features: list[str] | None = None,
+          shuffle_buffer: int = 10_000, join: bool = True):
+    """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
+
+    An async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for ``epochs``
+    epochs, so the chief's dataset graph finds it when the server starts answering. That costs disk
+    (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens.
+    """
+    info = task_info()
+    if not info.serves:
+        raise ConfigError(f"task {info.type}-{info.index} in {info.mode.value} mode trains, it does not serve: "
+                          f"only async workers and ps tasks serve")
+    if info.type == "worker":
+        if epochs < 1:
+            raise ConfigError(f"an async worker needs epochs >= 1 to write its feed (got {epochs})")
+        from ignite_tf.runtime.feed import write_feed
+
+        write_feed(epochs, batch_size=batch_size, label=label, features=features, worker=info.index,
+                   shuffle_buffer=shuffle_buffer, log=_log)
+    progress.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    tf = import_tf()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # The coordinator's closures need inter-op threads beyond one per core on small machines.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=max(2, info.workers + 1))
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=info.type, task_index=info.index,
+                                  protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+    _log(f"serving {info.type}-{info.index} at {server.target} (cwd {os.getcwd()})")
+    if join:
+        server.join()
+    return server
+
+
+def load_entry_point(entry_point: str):
+    """``"package.module:function"`` -> the function."""
+    module_name, _, attr = str(entry_point).partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"entry point {entry_point!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"entry point {entry_point!r}: cannot import {module_name!r} ({exc}); put its "
+                          f"directory on PYTHONPATH or install it in the workers' environment") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"entry point {entry_point!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def _accepts(fn, name: str) -> bool:
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def build_model(fn, offered: dict[str, Any]):
+    """Call the model function with the keyword arguments it accepts, check it returns a compiled model."""
+    import tf_keras
+
+    kwargs = {k: v for k, v in offered.items() if v is not None and _accepts(fn, k)}
+    model = fn(**kwargs)
+    name = getattr(fn, "__qualname__", fn)
+    if not isinstance(model, tf_keras.Model):
+        raise ConfigError(f"model function {name} returned {type(model).__name__}, not a tf_keras Model: build "
+                          f"it with tf_keras (or tf.keras under TF_USE_LEGACY_KERAS=1)")
+    if model.optimizer is None:
+        raise ConfigError(f"model function {name} returned a model that is not compiled: call model.compile("
+                          f"optimizer=..., loss=..., metrics=[...]) before returning it")
+    if not model.built and offered.get("n_features"):
+        model.build((None, offered["n_features"]))
+    return model
+
+
+def train(entry_point, *, epochs: int, batch_size: int, label: str, features: list[str] | None = None,
+          learning_rate: float | None = None, steps_per_epoch: int | None = None,
+          checkpoint_every_steps: int | None = None, shuffle_buffer: int = 10_000,
+          model_kwargs: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
+          tensorboard_dir: str | None = None, plan=None, mode: Mode | str | None = None) -> dict[str, Any]:
+    """Train the entry point's model on this worker's data (sync workers, the async chief, or alone).
+
+    :param entry_point: ``"module:function"`` (or the function) returning a compiled tf_keras model; it is
+        passed ``learning_rate``, ``n_features``, ``n_classes`` (an integer label's largest value + 1) and
+        ``model_kwargs`` where its signature accepts them; ``model_kwargs`` win over ``n_classes``.
+    :param epochs: total epochs; a restarted cluster resumes after the last backed-up one.
+    :param batch_size: rows per step per worker (sync: the global batch is this times the workers).
+    :param label: the label column; features are every other column but the key, unless ``features``.
+    :param steps_per_epoch: default: sync, the smallest shard over all epochs / batch_size; async, all
+        rows / batch_size (steps of all workers together).
+    :param checkpoint_every_steps: back up every N steps instead of every epoch (sync; PSS backs up per epoch).
+    :param checkpoint_dir: default ``IGNITE_TF_CHECKPOINT_DIR``, else ``./checkpoints``: ``backup/`` holds
+        BackupAndRestore's state, ``model/`` the trained SavedModel (written by the chief).
+    :param tensorboard_dir: default ``IGNITE_TF_TENSORBOARD_DIR``, else ``./tensorboard``.
+    :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
+    """
+    import ignite_tf.data as itd
+    from ignite_tf.runtime.feed import columns, feed_dataset_fn, label_classes, resume_point, sync_dataset
+
+    info = task_info(mode)
+    if info.serves:
+        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1 (got epochs={epochs}, batch_size={batch_size})")
+    tf = import_tf()
+    import tf_keras
+
+    fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
+    plan = itd.load_plan(plan)
+    ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
+    tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
+    names, label_name, label_dtype = columns(plan, label, features)
+    strat = strategy(info.mode)
+    if info.mode is Mode.ASYNC and info.type == "chief":
+        steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
+        examples_per_step = batch_size
+        step_level = False  # tf_keras backs up PSS training per epoch only
+    else:
+        steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
+        examples_per_step = batch_size * strat.num_replicas_in_sync
+        step_level = bool(checkpoint_every_steps)
+    backup_dir = ckpt / "backup"
+    start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
+    if start_epoch >= epochs:
+        start_epoch, start_step = epochs - 1, 0  # the backup is of the last epoch: fit ends at once
+    if start_epoch or start_step:
+        _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
+
+    model_kwargs = dict(model_kwargs or {})
+    if "n_classes" not in model_kwargs and _accepts(fn, "n_classes"):
+        model_kwargs["n_classes"] = label_classes(plan, label_name, label_dtype)
+    with strat.scope():
+        model = build_model(fn, {**model_kwargs, "learning_rate": learning_rate, "n_features": len(names)})
+    if info.mode is Mode.ASYNC and info.type == "chief":
+        data = tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
+            n_features=len(names), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
+    else:
+        data = strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
+            plan=plan, batch_size=batch_size, label=label_name, features=names, epochs=epochs, steps=steps,
+            start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
+            input_context=ctx if info.type else None))
+    reporter = make_reporter(tf, tf_keras, info, epochs, steps, examples_per_step, tb_dir)
+    # Backup first: an epoch is reported only once it would survive a restart.
+    callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
+                 reporter]
+    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    info_json = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
+                 "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
+                 "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
+                 "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
+    model_dir = save_model(model, ckpt, info, info_json)
+    return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
+            "chief": info.is_chief}
+
+
+def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: dict[str, Any]) -> str | None:
+    """Save the model as ``<checkpoint_dir>/model`` (SavedModel, with ``ignite_tf_model.json`` inside).
+
+    Under MultiWorkerMirroredStrategy saving is collective: every worker must call it, so the others
+    save to a temporary directory and delete it. The chief writes to a temporary name and renames, so a
+    reader never sees half a model.
+    """
+    started = time.monotonic()
+    ckpt = Path(checkpoint_dir)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    final = ckpt / "model"
+    if not info.is_chief:
+        tmp = ckpt / f".model-{info.type}-{info.index}-{os.getpid()}"
+        model.save(str(tmp), save_format="tf")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    tmp = ckpt / f".model-tmp-{os.getpid()}"
+    model.save(str(tmp), save_format="tf")
+    (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
+    old = ckpt / f".model-old-{os.getpid()}"
+    if final.exists():
+        final.replace(old)
+    tmp.replace(final)
+    shutil.rmtree(old, ignore_errors=True)
+    _log(f"model saved to {final} in {time.monotonic() - started:.1f}s", info)
+    return str(final)
+
+
+def _log(message: str, info: TaskInfo | None = None) -> None:
+    if info is None or info.is_chief or info.serves:
+        print(message, flush=True)
+
+
+def _model_arg(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-arg {text!r}: expected key=value")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ignite_tf.runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--entry-point", help="module:function returning a compiled tf_keras model")
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per step per worker (default 64)")
+    parser.add_argument("--label", required=True, help="label column")
+    parser.add_argument("--features", help="comma-separated feature columns (default: all but key and label)")
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--steps-per-epoch", type=int)
+    parser.add_argument("--checkpoint-every-steps", type=int)
+    parser.add_argument("--shuffle-buffer", type=int, default=10_000)
+    parser.add_argument("--model-arg", type=_model_arg, action="append", default=[], metavar="KEY=VALUE",
+                        help="extra keyword argument of the model function (value parsed as JSON if it can be)")
+    parser.add_argument("--serve", action="store_true",
+                        help="only serve (async worker / ps); the default decides from TF_CONFIG's task type")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
+    # task that looks hung (a collective waiting for a peer, a read) is waiting.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    features = [f.strip() for f in args.features.split(",") if f.strip()] if args.features else None
+    progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
+    try:
+        info = task_info()
+        if args.serve or info.serves:
+            serve(epochs=args.epochs, batch_size=args.batch_size, label=args.label, features=features,
+                  shuffle_buffer=args.shuffle_buffer)
+            return 0
+        if not args.entry_point:
+            raise ConfigError("--entry-point module:function is required for a task that trains")
+        train(args.entry_point, epochs=args.epochs, batch_size=args.batch_size, label=args.label,
+              features=features, learning_rate=args.learning_rate, steps_per_epoch=args.steps_per_epoch,
+              checkpoint_every_steps=args.checkpoint_every_steps, shuffle_buffer=args.shuffle_buffer,
+              model_kwargs=dict(args.model_arg))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def exit_with(code: int) -> None:
+    """A failed task ends at once: TensorFlow's threads and exit handlers could otherwise hold it."""
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+

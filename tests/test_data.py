@@ -1,0 +1,164 @@
+"""ShardPlan + worker datasets against real Ignite: exactly-once coverage, reshuffle, locality, TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import ignite_tf.data as itd
+from ignite_tf.plan.partitions import PartitionMap
+from ignite_tf.plan.shards import ShardPlan
+from tests.sqldata import create_table
+
+
+def keys_read(plan: ShardPlan, conn, epoch: int) -> list[list[int]]:
+    out = []
+    for w in range(plan.workers):
+        keys = []
+        for batch in itd.batches(epoch, batch_size=97, worker=w, plan=plan, conn=conn):
+            keys.extend(int(k) for k in batch["id"])
+        out.append(keys)
+    return out
+
+
+def assert_exactly_once(per_worker: list[list[int]], expected: set[int]):
+    counts = Counter(k for keys in per_worker for k in keys)
+    assert set(counts) == expected, "every row read"
+    dupes = [k for k, c in counts.items() if c > 1]
+    assert not dupes, f"rows read twice: {dupes[:5]}"
+
+
+@pytest.mark.parametrize("template,n_rows,workers", [
+    ("partitioned", 3000, 1),        # one worker reads everything
+    ("partitioned", 3000, 3),        # 1024 partitions, 3 workers
+    ("ignite_tf_small", 1200, 3),    # 8 partitions, 3 workers: whole partitions
+    ("ignite_tf_small", 1200, 12),   # 8 partitions, 12 workers: record-level cuts
+])
+def test_every_row_exactly_once_per_epoch(ignite_conn, ignite_client, cache_name, template, n_rows, workers):
+    keys = list(range(0, n_rows * 5, 5))
+    create_table(ignite_client, cache_name, keys, template=template)
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    plan = ShardPlan.build(pm, workers, reshuffle="epoch", seed=11, conn=ignite_conn)
+    for epoch in (0, 1):
+        per_worker = keys_read(plan, ignite_conn, epoch)
+        assert_exactly_once(per_worker, set(keys))
+        sizes = [len(k) for k in per_worker]
+        assert min(sizes) > 0
+        if plan.cuts is not None:
+            assert max(sizes) - min(sizes) <= 0.01 * n_rows / workers + 1, sizes
+        else:
+            assert max(sizes) - n_rows / workers <= max(pm.rows)
+        # What the plan promised is what was read.
+        assert sizes == [s.rows for s in plan.shards(epoch)]
+
+
+def test_empty_partitions_are_still_covered(ignite_conn, ignite_client, cache_name):
+    # Rows in only a few of the 8 partitions: the others are empty at plan time.
+    create_table(ignite_client, cache_name, [], template="ignite_tf_small")
+    pm0 = PartitionMap.discover(ignite_conn, cache_name)
+    cache = ignite_client.get_cache(cache_name)
+    del cache
+    keys = [k for k in range(4000) if k % 8 == 0][:300]
+    create_rows = ",".join(f"({k},{k / 2},{k % 3})" for k in keys)
+    with ignite_client.sql(f"INSERT INTO {cache_name} (ID, F0, LABEL) VALUES {create_rows}") as cur:
+        list(cur)
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    assert pm0.total_rows == 0 and pm.total_rows == len(keys)
+    empty = [p for p in range(pm.partitions) if pm.rows[p] == 0]
+    assert empty, "the test needs empty partitions"
+    workers = sum(1 for r in pm.rows if r) + 1  # more workers than non-empty partitions -> cuts
+    plan = ShardPlan.build(pm, workers, conn=ignite_conn)
+    assert plan.cuts is not None
+    covered = {s.partition for sh in plan.shards(0) for s in sh.slices}
+    assert covered == set(range(pm.partitions))
+    # Rows that arrive in a partition that was empty at plan time are still read, once.
+    late = next(k for k in range(1, 10_000) if k % 8 and k not in keys)
+    with ignite_client.sql(f"INSERT INTO {cache_name} (ID, F0, LABEL) VALUES ({late}, 0.5, 1)") as cur:
+        list(cur)
+    assert_exactly_once(keys_read(plan, ignite_conn, 0), set(keys) | {late})
+
+
+def test_reshuffle_reproducible_from_seed_and_epoch(ignite_conn, ignite_client, cache_name):
+    create_table(ignite_client, cache_name, range(2000))
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    plan = ShardPlan.build(pm, 2, seed=5)
+    restarted = ShardPlan.from_json(plan.to_json())
+    e0, e1 = keys_read(plan, ignite_conn, 0), keys_read(plan, ignite_conn, 1)
+    assert keys_read(restarted, ignite_conn, 1) == e1, "same (seed, epoch) -> same rows in the same order"
+    assert set(e0[0]) != set(e1[0]) and e0[0] != e1[0], "epochs differ"
+    fixed = ShardPlan.build(pm, 2, reshuffle="none")
+    assert keys_read(fixed, ignite_conn, 0) == keys_read(fixed, ignite_conn, 3)
+
+
+def test_locality_is_one_when_workers_sit_on_their_nodes(ignite_conn, ignite_client, cache_name):
+    from ignite_tf.reader.partition import PartitionReader
+
+    create_table(ignite_client, cache_name, range(4000))
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    # Balance the nodes' primary rows exactly (delete the heavier node's surplus), so the balance bound
+    # leaves room for a fully local plan; Ignite's affinity alone gives nodes slightly different sizes.
+    per_node = {n: sum(pm.rows[p] for p in pm.partitions_of(n)) for n in pm.nodes}
+    heavy, light = sorted(per_node, key=per_node.get, reverse=True)
+    surplus = per_node[heavy] - per_node[light]
+    with PartitionReader(ignite_conn, cache_name) as reader:
+        heavy_keys = reader.read_all(pm.partitions_of(heavy))["id"][:surplus]
+    if surplus:
+        with ignite_client.sql(f"DELETE FROM {cache_name} WHERE ID IN ({','.join(map(str, heavy_keys))})") as cur:
+            list(cur)
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    hosts = [n.consistent_id for n in sorted(pm.nodes.values(), key=lambda n: n.order)]
+    plan = ShardPlan.build(pm, len(hosts), worker_hosts=hosts)
+    for epoch in range(3):
+        for sh in plan.shards(epoch):
+            assert sh.locality == pytest.approx(1.0), plan.describe(epoch)
+            assert set(s.partition for s in sh.slices) == set(pm.partitions_of(pm.primary[sh.slices[0].partition]))
+    assert "1.00" in plan.describe(0)
+    # Both nodes on one host: every worker on that host is local to everything.
+    same_host = ShardPlan.build(pm, 3, worker_hosts=["127.0.0.1"] * 3)
+    assert all(sh.locality == 1.0 for sh in same_host.shards(0))
+
+
+def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_path, monkeypatch):
+    create_table(ignite_client, cache_name, range(1000), template="ignite_tf_small")
+    pm = PartitionMap.discover(ignite_conn, cache_name)
+    plan = ShardPlan.build(pm, 2, seed=3)
+    plan.save(tmp_path / "plan.json")
+    for k, v in ignite_conn.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv(itd.ENV_PLAN, str(tmp_path / "plan.json"))
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    seen = {}
+    for index in (0, 1):
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        ds = itd.dataset(batch_size=64, epoch=1, label="label", include_key=True, shuffle_buffer=256,
+                         drop_remainder=False)
+        ids, labels = [], []
+        for features, label in ds:
+            ids.extend(features["id"].numpy().tolist())
+            labels.extend(label.numpy().tolist())
+            assert set(features) == {"id", "f0"}
+        expected = {int(k) for k in itd.load_plan().shard(index, 1).read_tasks() and keys_of(plan, ignite_conn, index)}
+        assert set(ids) == expected
+        assert labels == [i % 3 for i in ids]
+        seen[index] = ids
+    assert not set(seen[0]) & set(seen[1]) and len(seen[0]) + len(seen[1]) == 1000
+    stacked = next(iter(itd.dataset(batch_size=10, label="label", stack=True, worker=0)))
+    assert stacked[0].shape == (10, 1) and np.all(np.isfinite(stacked[0].numpy()))
+
+
+def keys_of(plan: ShardPlan, conn, worker: int, epoch: int = 1) -> list[int]:
+    return [int(k) for b in itd.batches(epoch, worker=worker, plan=plan, conn=conn) for k in b["id"]]
+
+
+def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name, monkeypatch):
+    """No TF_CONFIG, no plan: one worker reads the whole cache."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv(itd.ENV_PLAN, raising=False)
+    create_table(ignite_client, cache_name, range(500), template="ignite_tf_small")
+    ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
+    ids = [int(i) for features in ds for i in features["id"].numpy()]
+    assert sorted(ids) == list(range(500))

@@ -1,0 +1,110 @@
+"""The package's shape, read from source: no import cycles, no private names across modules, no giant modules.
+
+Every ``import`` counts, also those inside functions and under ``TYPE_CHECKING``: a deferred import still ties
+two modules together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "provider" / "ignite_tf"
+MAX_LINES = 450  # ~400 lines, with room for a long table
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the package's modules it imports; and each private name one module takes from another."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    private = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module,
+                            None if f"{node.module}.{a.name}" in modules else a.name) for a in node.names]
+            else:
+                continue
+            for target, imported in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if not target or target == name or not target.startswith("ignite_tf"):
+                    continue
+                if target != "ignite_tf":
+                    graph[name].add(target)
+                if imported and imported.startswith("_") and not imported.startswith("__"):
+                    private.append(f"{name} imports {target}.{imported}")
+    return graph, private
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    graph, _ = _imports(_modules())
+    assert len(graph) > 40 and sum(map(len, graph.values())) > 60  # the walk found the package's imports
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_another_modules_private_name():
+    _, private = _imports(_modules())
+    assert private == []
+
+
+def test_no_module_is_a_giant():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_top_level_modules_are_not_prefix_families():
+    """``validation_spec`` beside ``validation_suite`` means a folder is missing."""
+    top = [p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("__")]
+    prefixes = [t.split("_")[0] for t in top if "_" in t.strip("_")]
+    families = {p: [t for t in top if t.startswith(p + "_")] for p in prefixes}
+    assert {p: f for p, f in families.items() if len(f) > 1 or p in top} == {}
