@@ -21,6 +21,7 @@ import pandas as pd
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
+from ignite_tf.reader.layout import feature_columns
 from ignite_tf.reader.partition import PartitionReader, ReadTask
 
 KINDS = ("classifier", "regressor")
@@ -143,20 +144,6 @@ def postprocess(out: np.ndarray, kind: str | None) -> tuple[str, np.ndarray, np.
     return kind, probs.argmax(axis=1).astype(np.int32), probs.max(axis=1).astype(np.float32)
 
 
-def _features(features: list[str] | None, params: dict, schema: dict, key: str, cache: str) -> list[str]:
-    if features is None:
-        features = params.get("features")
-    if features is None:
-        label = str(params.get("label") or "label").lower()
-        features = [c for c, d in schema.items() if c not in (key, label) and np.dtype(d).kind in "fiub"]
-    features = [str(f).lower() for f in features]
-    missing = [f for f in features if f not in schema]
-    if missing or not features:
-        raise ConfigError(f"feature(s) {missing or '(none)'} not in cache {cache!r} (columns: {list(schema)}); "
-                          f"pass features= naming columns of the input cache")
-    return features
-
-
 def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, version: str | None = None,
                   input_cache: str, output_cache: str, tasks, features: list[str] | None = None,
                   batch_size: int = 1024, kind: str | None = None, with_score: bool = True,
@@ -213,7 +200,9 @@ def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, ve
     with PartitionReader(conn, input_cache, batch_size=batch_size, **routes) as probe:
         schema, key = dict(probe.schema), probe.key_column
     report.key_column = key
-    report.features = _features(features, params, schema, key, input_cache)
+    label = str(params.get("label") or "label").lower()
+    report.features = feature_columns(schema, input_cache, key=key, label=label, numeric=True,
+                                      features=params.get("features") if features is None else features)
     loaded = time.monotonic()
     predictor = Predictor(path, report.features)
     report.model_load_seconds = round(time.monotonic() - loaded, 3)

@@ -66,7 +66,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
     from ignite_tf.plan.partitions import PartitionMap
-    from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.plan.shards import ShardPlan, next_to_nodes
 
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
@@ -82,10 +82,9 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     run_dir.mkdir(parents=True, exist_ok=True)
     if plan is None:
         pm = PartitionMap.discover(conn, cache)
-        nodes = sorted(pm.nodes.values(), key=lambda n: n.order)
-        workers = workers or len(nodes)
-        hosts = [nodes[i % len(nodes)].consistent_id for i in range(workers)]
-        plan = ShardPlan.build(pm, workers, worker_hosts=hosts, reshuffle=reshuffle, seed=seed, conn=conn)
+        workers = workers or len(pm.nodes)
+        plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
+                               seed=seed, conn=conn)
     elif workers not in (None, plan.workers):
         raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
     plan_path = run_dir / "shard_plan.json"

@@ -27,7 +27,7 @@ import yaml
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.errors import ConfigError
+from ignite_tf.errors import ConfigError, SpecError
 from ignite_tf.plan.shards import Reshuffle
 
 SCHEMA_RESOURCE = "pipeline.schema.json"
@@ -36,26 +36,6 @@ PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "
 # Training settings a run may override (Airflow Params); their bounds live in the schema's $defs.
 PARAM_FIELDS = ("epochs", "batch_size", "learning_rate", "workers", "ps")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class SpecError(ConfigError):
-    """A pipeline spec is invalid. ``problems`` holds ``(field path, message)`` pairs; ``field`` the first."""
-
-    def __init__(self, file: str | Path | None, problems: list[tuple[str, str]]):
-        self.file = str(file) if file is not None else None
-        self.problems = list(problems)
-        self.field = self.problems[0][0] if self.problems else ""
-        where = self.file or "pipeline spec"
-        if len(self.problems) == 1:
-            text = f"{where}: {self.problems[0][0]}: {self.problems[0][1]}"
-        else:
-            text = f"{where}: {len(self.problems)} problems:\n" + "\n".join(f"  {f}: {m}" for f, m in self.problems)
-        super().__init__(text)
-
-    def within(self, file: str | Path | None = None, prefix: str = "") -> SpecError:
-        """The same problems, under ``prefix`` (a section) and in ``file``."""
-        problems = [(f"{prefix}.{f}" if prefix and f else prefix or f, m) for f, m in self.problems]
-        return SpecError(file if file is not None else self.file, problems)
 
 
 def _fail(field_path: str, message: str):

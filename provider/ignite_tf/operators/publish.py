@@ -93,9 +93,10 @@ def _ignite_version(conn) -> str | None:
         client = conn.client()
     except Exception:  # noqa: BLE001 - the version is informational
         return None
+    from ignite_tf.connection import sql
+
     try:
-        with client.sql("SELECT VERSION FROM SYS.NODES LIMIT 1") as cursor:
-            return str(next(iter(cursor))[0]).split("#")[0]
+        return str(sql(client, "SELECT VERSION FROM SYS.NODES LIMIT 1")[0][0]).split("#")[0]
     except Exception:  # noqa: BLE001
         return None
     finally:
