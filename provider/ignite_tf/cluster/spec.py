@@ -22,6 +22,7 @@ from typing import Any
 
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.errors import ConfigError
 
 
@@ -144,22 +145,26 @@ class ClusterSpec:
                           f"(tasks: {', '.join(t.name for t in self.tasks)})")
 
     @property
+    def folder(self) -> RunFolder:
+        return RunFolder(Path(self.run_dir))
+
+    @property
     def checkpoint_dir(self) -> str:
-        return str(Path(self.run_dir) / "checkpoints")
+        return str(self.folder.checkpoints)
 
     @property
     def tensorboard_dir(self) -> str:
-        return str(Path(self.run_dir) / "tensorboard")
+        return str(self.folder.tensorboard)
 
     def log_path(self, task: TaskSpec) -> str:
-        return str(Path(self.run_dir) / "logs" / f"{task.name}.log")
+        return str(self.folder.log(task.name))
 
     def progress_path(self, task: TaskSpec) -> str:
-        return str(Path(self.run_dir) / "progress" / f"{task.name}.json")
+        return str(self.folder.progress(task.name))
 
     def task_dir(self, task: TaskSpec) -> str:
         """The task's working directory (async workers keep their data feed there)."""
-        return str(Path(self.run_dir) / "tasks" / task.name)
+        return str(self.folder.task_dir(task.name))
 
     # -- TF_CONFIG and environment ---------------------------------------------------------------------------
     def cluster_dict(self) -> dict[str, list[str]]:

@@ -7,12 +7,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
-
-from ignite_tf.operators.base import IgniteTFOperator, as_dict
+from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 
 
-class TFClusterOperator(IgniteTFOperator):
+class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     """Start a TF cluster over ``cache`` and wait for it to finish.
 
     The cluster id comes from (dag_id, run_id, task_id, try number, map index), so running this task again
@@ -123,18 +121,9 @@ class TFClusterOperator(IgniteTFOperator):
             )
         final = launcher.wait(cluster_id, poll_s=self.poll_interval,
                               on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
-        from ignite_tf.triggers.tf_cluster import event_for
+        from ignite_tf.hooks.tf_cluster import event_for
 
         return self.execute_complete(context, event_for(final, launcher))
-
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(
-                f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
-                f"last lines of the chief's output:\n{event.get('tail', '')}")
-        summary = event["summary"]
-        self.log.info("TensorFlow cluster %s succeeded: %s", event["cluster_id"], summary.get("metrics"))
-        return summary
 
     def on_kill(self) -> None:
         if self._cluster_id:

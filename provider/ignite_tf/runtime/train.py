@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import progress
@@ -195,7 +196,7 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
         steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
         examples_per_step = batch_size * strat.num_replicas_in_sync
         step_level = bool(checkpoint_every_steps)
-    backup_dir = ckpt / "backup"
+    backup_dir = ckpt / RunFolder.BACKUP
     start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
     if start_epoch >= epochs:
         start_epoch, start_step = epochs - 1, 0  # the backup is of the last epoch: fit ends at once
@@ -239,7 +240,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
     started = time.monotonic()
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
-    final = ckpt / "model"
+    final = ckpt / RunFolder.MODEL
     if not info.is_chief:
         tmp = ckpt / f".model-{info.type}-{info.index}-{os.getpid()}"
         model.save(str(tmp), save_format="tf")
