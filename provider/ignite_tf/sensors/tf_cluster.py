@@ -17,6 +17,7 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     :param cluster_id: the cluster (templated, e.g. ``{{ ti.xcom_pull('train', key='cluster_id') }}``).
     :param ignite_conn_id: connection whose Ignite holds the cluster state.
     :param deferrable: wait in the triggerer (default).
+    :param poll_interval: seconds between state polls (also the ``poke_interval`` when not deferred).
     """
 
     template_fields: Sequence[str] = ("cluster_id",)
