@@ -34,7 +34,6 @@ the reader keeps scans of the next partitions in flight meanwhile. Memory stays 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,13 +75,9 @@ def worker_index(input_context=None) -> int:
     """This process's worker index: InputContext, then TF_CONFIG's worker task, else 0."""
     if input_context is not None:
         return int(input_context.input_pipeline_id)
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        return 0
-    try:
-        task = json.loads(raw).get("task", {})
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+    from ignite_tf.cluster.spec import read_tf_config
+
+    task = read_tf_config().get("task") or {}
     if task.get("type") == "worker":
         return int(task.get("index", 0))
     return 0

@@ -10,6 +10,7 @@ Nothing here assumes local processes: a launcher (local or Kubernetes) turns the
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import socket
@@ -49,6 +50,17 @@ ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
 ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"  # see ignite_tf.runtime.progress
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This process's ``TF_CONFIG`` (the launcher sets it from ``ClusterSpec.tf_config``); {} outside a cluster."""
+    raw = (os.environ if environ is None else environ).get("TF_CONFIG")
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
 
 
 def new_cluster_id(prefix: str = "tf") -> str:

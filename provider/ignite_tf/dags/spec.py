@@ -27,6 +27,7 @@ import yaml
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
+from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecError
 from ignite_tf.plan.shards import Reshuffle
 
@@ -244,14 +245,7 @@ def parse_spec(path: str | Path) -> PipelineConfig:
     :raises SpecError: anything wrong, naming the file and the field.
     """
     path = Path(path).absolute()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(path, [("(file)", f"cannot be read ({exc.strerror})")]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(path, [("(file)", f"is not valid YAML{at}: {getattr(exc, 'problem', exc)}")]) from None
+    raw = read_yaml(path, lambda problem: SpecError(path, [("(file)", problem)]))
     if not isinstance(raw, dict):
         raise SpecError(path, [("(file)", f"must be a mapping of keys (got {type(raw).__name__})")])
     try:

@@ -318,15 +318,9 @@ def check_input(source, schema: dict[str, str] | None, key: str | None) -> Check
 
 def read_schema(path: str | Path) -> dict[str, str]:
     """A schema file: a JSON or YAML mapping of column name -> type (a COLUMN_TYPES key)."""
-    import yaml
+    from ignite_tf.documents import read_yaml
 
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise LoadError(f"schema file {path}: cannot be read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise LoadError(f"schema file {path}: not valid JSON/YAML ({exc})") from None
+    data = read_yaml(path, lambda problem: LoadError(f"schema file {path}: {problem}"))
     if not isinstance(data, dict) or not data:
         raise LoadError(f"schema file {path}: must be a mapping of column name -> type, e.g. "
                         f"{{\"score\": \"float64\", \"name\": \"string\"}} (got {type(data).__name__})")
