@@ -11,8 +11,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from ignite_tf import demo_data, etl
+from ignite_tf import demo_data
 from ignite_tf.errors import ConfigError
+from ignite_tf.etl.load import load
 from ignite_tf.inference import postprocess, predict_shard
 from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError
@@ -34,7 +35,7 @@ def setup(ignite_conn, tmp_path_factory):
 
     frame = demo_data.tabular(3000, seed=7)
     cache = f"inf_{os.getpid()}"
-    etl.load(ignite_conn, cache, frame, key="id")
+    load(ignite_conn, cache, frame, key="id")
     tf_keras.utils.set_random_seed(0)
     model = tf_keras.Sequential([tf_keras.layers.Input((len(FEATURES),)),
                                  tf_keras.layers.Dense(16, activation="relu"),
