@@ -13,7 +13,7 @@ import pytest
 
 from ignite_tf import demo_data
 from ignite_tf.errors import ConfigError
-from ignite_tf.etl.load import load
+from ignite_tf.etl import load as etl
 from ignite_tf.inference import postprocess, predict_shard
 from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError
@@ -35,7 +35,7 @@ def setup(ignite_conn, tmp_path_factory):
 
     frame = demo_data.tabular(3000, seed=7)
     cache = f"inf_{os.getpid()}"
-    load(ignite_conn, cache, frame, key="id")
+    etl.load(ignite_conn, cache, frame, key="id")
     tf_keras.utils.set_random_seed(0)
     model = tf_keras.Sequential([tf_keras.layers.Input((len(FEATURES),)),
                                  tf_keras.layers.Dense(16, activation="relu"),
