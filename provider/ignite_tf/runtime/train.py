@@ -35,7 +35,7 @@ from typing import Any
 
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime import progress
+from ignite_tf.runtime import ending, progress
 from ignite_tf.runtime.report import make_reporter
 from ignite_tf.runtime.task import TaskInfo, task_info
 
@@ -205,12 +205,14 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     model_kwargs = dict(model_kwargs or {})
     if "n_classes" not in model_kwargs and _accepts(fn, "n_classes"):
         model_kwargs["n_classes"] = label_classes(plan, label_name, label_dtype)
+    offered = {**model_kwargs, "learning_rate": learning_rate, "n_features": len(names)}
     with strat.scope():
-        model = build_model(fn, {**model_kwargs, "learning_rate": learning_rate, "n_features": len(names)})
+        model = build_model(fn, offered)
     if info.mode is Mode.ASYNC and info.type == "chief":
         data = tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
             n_features=len(names), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
     else:
+        ending.quiet_device_datasets()
         data = strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
             plan=plan, batch_size=batch_size, label=label_name, features=names, epochs=epochs, steps=steps,
             start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
@@ -220,11 +222,14 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
                  reporter]
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    ending.mark("fit_end", show=info.is_chief)
     info_json = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
                  "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
                  "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
                  "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
-    model_dir = save_model(model, ckpt, info, info_json)
+    model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
+                                 save=lambda m: save_model(m, ckpt, info, info_json))
+    ending.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
             "chief": info.is_chief}
 
@@ -313,10 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_with(code: int) -> None:
-    """A failed task ends at once: TensorFlow's threads and exit handlers could otherwise hold it."""
-    if code:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """A task ends at once, its output flushed: TensorFlow's threads and exit handlers could otherwise hold it
+    (see ``ignite_tf.runtime.ending``)."""
+    ending.exit_now(code)
 
