@@ -137,13 +137,11 @@ def phases(state) -> dict[str, float]:
 
 
 def end_split(state, chief_log: str) -> dict[str, float]:
-    """after_last_epoch_s in three, from the chief's ``timing: <name> at <time>`` lines (ignite_tf.runtime.ending):
+    """after_last_epoch_s in three, from the chief's ``timing: <name> at <time>`` lines (ignite_tf.runtime.timeline):
     fit_end_s (last epoch reported -> ``fit`` returned), save_s (-> model saved), exit_s (-> final state)."""
-    marks = {}
-    for line in chief_log.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[0] == "timing:" and parts[2] == "at":
-            marks[parts[1]] = float(parts[3])  # a restarted attempt's later marks win
+    from ignite_tf.runtime.timeline import marks as read_marks
+
+    marks = read_marks(chief_log)
     if not state.epochs or not state.finished_at or not {"fit_end", "saved"} <= marks.keys():
         return {}
     last = float(state.epochs[-1].get("time", state.finished_at))

@@ -9,7 +9,6 @@ Three things used to hold a sync (MultiWorkerMirroredStrategy) task 10-60 s afte
 - ``fit`` returned, the model saved and the result reported, Python's exit still joins TensorFlow's threads
   and runs its exit handlers (the coordination service's shutdown barrier among them). ``exit_now`` flushes
   what the task wrote and ends the process at once.
-- The timeline lines (``timing: fit_end at ...``) let ``bench/e2e.py`` split what is left.
 
 TensorFlow is passed in or imported inside functions only.
 """
@@ -19,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from typing import TYPE_CHECKING
 
 from ignite_tf.cluster.spec import Mode
@@ -29,16 +27,6 @@ if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
 
 BARRIER_TIMEOUT_S = 3600.0  # the chief's save of a large model; a lost chief ends the wait sooner
-TIMING = "timing:"  # "timing: <name> at <unix time>" lines of a task's output, read by bench/e2e.py
-
-
-def mark(name: str, *, show: bool = True) -> float:
-    """Note a moment of the task's end in its output (``timing: fit_end at 1763900000.123``)."""
-    now = time.time()
-    if show:
-        print(f"{TIMING} {name} at {now:.3f}", flush=True)
-    return now
-
 
 def quiet_device_datasets() -> bool:
     """Build TensorFlow's per-device datasets (MultiDeviceIterator) with tf.data autotuning off.

@@ -35,7 +35,7 @@ from typing import Any
 
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime import ending, progress
+from ignite_tf.runtime import ending, progress, timeline
 from ignite_tf.runtime.report import make_reporter
 from ignite_tf.runtime.task import TaskInfo, task_info
 
@@ -181,12 +181,14 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     tf = import_tf()
     import tf_keras
 
+    timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     plan = itd.load_plan(plan)
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     names, label_name, label_dtype = columns(plan, label, features)
     strat = strategy(info.mode)
+    timeline.mark("strategy_ready", show=info.is_chief)
     if info.mode is Mode.ASYNC and info.type == "chief":
         steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
         examples_per_step = batch_size
@@ -221,15 +223,16 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     # Backup first: an epoch is reported only once it would survive a restart.
     callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
                  reporter]
+    timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    ending.mark("fit_end", show=info.is_chief)
+    timeline.mark("fit_end", show=info.is_chief)
     info_json = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
                  "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
                  "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
                  "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
     model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
                                  save=lambda m: save_model(m, ckpt, info, info_json))
-    ending.mark("saved", show=info.is_chief)
+    timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
             "chief": info.is_chief}
 
@@ -301,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
+        timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
             serve(epochs=args.epochs, batch_size=args.batch_size, label=args.label, features=features,
                   shuffle_buffer=args.shuffle_buffer)
