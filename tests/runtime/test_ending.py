@@ -101,3 +101,30 @@ def test_save_once_outside_a_cluster_saves_the_model_itself(tmp_path):
     result = save_once("model", rebuild=lambda: pytest.fail("no copy needed"), save=lambda m: saved.append(m) or "dir",
                        info=TaskInfo(None, 0, Mode.SYNC))
     assert result == "dir" and saved == ["model"]
+
+
+@pytest.mark.integration
+def test_lean_save_keeps_the_serving_signature_and_loads(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    from ignite_tf.models import tabular_classifier
+    from ignite_tf.runtime.ending import save_options
+
+    model = tabular_classifier(n_features=4, n_classes=3)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    assert save_options(model)["save_traces"] is False
+    model.save(str(tmp_path / "m"), save_format="tf", **save_options(model))
+    loaded = tf_keras.models.load_model(str(tmp_path / "m"), compile=False)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+    serving = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    np.testing.assert_allclose(next(iter(serving(tf.constant(x)).values())).numpy(), model.predict(x, verbose=0),
+                               rtol=1e-6)
+
+    class Custom(tf_keras.layers.Layer):
+        def call(self, inputs):
+            return inputs * 2
+
+    own = tf_keras.Sequential([tf_keras.Input((4,)), Custom()])
+    assert save_options(own) == {}  # a class of its own: every trace kept, it loads without its code

@@ -114,6 +114,26 @@ def _barrier(name: str, info: TaskInfo, log, timeout_s: float = BARRIER_TIMEOUT_
             log(f"warning: the workers did not all reach the end of training ({exc})")
 
 
+def save_options(model) -> dict:
+    """``model.save`` arguments that skip tracing every layer's call when nothing needs those traces.
+
+    A model made of tf_keras' own classes only (Sequential or functional, built-in layers) reloads from its
+    config alone, so ``save_traces=False`` is safe; its serving signature is still traced, once, so
+    ``tf.saved_model.load`` and TF Serving see the same ``serving_default``. That halves the chief's save
+    (0.16 against 0.33-0.78 CPU-s for the tabular classifier). A model with a class of its own keeps every trace:
+    it must load without its code.
+    """
+    classes = [type(model)] + [type(layer) for layer in model._flatten_layers(include_self=False)]
+    if not all(c.__module__.startswith("tf_keras.") for c in classes):
+        return {}
+    try:
+        from tf_keras.src.saving.legacy import saving_utils
+
+        return {"save_traces": False, "signatures": saving_utils.trace_model_call(model)}
+    except Exception:  # noqa: BLE001 - another tf_keras, a model it cannot trace: the full save
+        return {}
+
+
 def exit_now(code: int = 0) -> None:
     """Flush this task's output and end the process without Python's or TensorFlow's exit work.
 

@@ -254,7 +254,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
         shutil.rmtree(tmp, ignore_errors=True)
         return None
     tmp = ckpt / f".model-tmp-{os.getpid()}"
-    model.save(str(tmp), save_format="tf")
+    model.save(str(tmp), save_format="tf", **ending.save_options(model))
     (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
     old = ckpt / f".model-old-{os.getpid()}"
     if final.exists():
