@@ -1,11 +1,14 @@
 """The end of a training task: nothing of TensorFlow's left running once the work is done.
 
-Three things used to hold a sync (MultiWorkerMirroredStrategy) task 10-60 s after its last epoch:
+Three things used to hold a sync (MultiWorkerMirroredStrategy) cluster 10-60 s after its last epoch:
 
 - TensorFlow wraps each worker's dataset in a MultiDeviceIterator whose per-device datasets are built with
   default ``tf.data.Options``: tf.data autotuning runs there whatever the worker's dataset says, and deleting
   the iterator at the end of ``fit`` waits for the tuner's next tick (its period doubles up to 60 s).
   ``quiet_device_datasets`` turns autotuning off in those wrappers too.
+- Saving is collective, so every worker traced and saved the model, on the same cores. ``save_once`` has
+  the chief alone save a copy (``save_options``: without per-layer traces where none are needed) while the
+  other workers wait at a barrier.
 - ``fit`` returned, the model saved and the result reported, Python's exit still joins TensorFlow's threads
   and runs its exit handlers (the coordination service's shutdown barrier among them). ``exit_now`` flushes
   what the task wrote and ends the process at once.
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
 
 BARRIER_TIMEOUT_S = 3600.0  # the chief's save of a large model; a lost chief ends the wait sooner
+
 
 def quiet_device_datasets() -> bool:
     """Build TensorFlow's per-device datasets (MultiDeviceIterator) with tf.data autotuning off.
@@ -129,9 +133,10 @@ def save_options(model) -> dict:
     try:
         from tf_keras.src.saving.legacy import saving_utils
 
-        return {"save_traces": False, "signatures": saving_utils.trace_model_call(model)}
+        serving = saving_utils.trace_model_call(model)
     except Exception:  # noqa: BLE001 - another tf_keras, a model it cannot trace: the full save
         return {}
+    return {"save_traces": False, "signatures": serving} if serving is not None else {}
 
 
 def exit_now(code: int = 0) -> None:
