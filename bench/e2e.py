@@ -272,9 +272,9 @@ def table(r: dict) -> str:
     ends = [p["phases"]["after_last_epoch_s"] for p in r["_dags"] + r["_directs"]
             if "after_last_epoch_s" in p.get("phases", {})]
     if ends:
-        lines.append(f"after_last_epoch_s = {r['after_last_epoch_s']:.1f} median of all runs "
+        lines += ["", f"after_last_epoch_s = {r['after_last_epoch_s']:.1f} median of all runs "
                      f"({', '.join(f'{e:.1f}' for e in ends)}; target <= 2): last epoch reported -> fit returned "
-                     f"(fit_end_s) -> model saved (save_s) -> the cluster's final state (exit_s).")
+                     f"(fit_end_s) -> model saved (save_s) -> the cluster's final state (exit_s)."]
     dm, xm = r["_dags"][-1]["metrics"], r["_directs"][-1]["metrics"]
     lines.append(f"Last epoch: DAG accuracy {dm.get('accuracy', float('nan')):.3f}, direct accuracy "
                  f"{xm.get('accuracy', float('nan')):.3f}.")
