@@ -56,9 +56,9 @@ with DAG(
         learning_rate="{{ params.learning_rate }}", label_column="label",
     )
     publish = PublishModelOperator(
-        task_id="publish", registry_root=REGISTRY, model_name="tabular_hw", training=train.output,
+        task_id="publish", registry_root=REGISTRY, model="tabular_hw", training=train.output,
         validation=gate.output, partition_map=partitions.output, thresholds={"accuracy": (0.5, None)},
-        tolerance=0.02, training_params={"entry_point": "ignite_tf.models:tabular_classifier", "label": "label"},
+        tolerance=0.02, training_params={"entry_point": "ignite_tf.models:tabular_classifier", "label_column": "label"},
     )
     load >> partitions
     gate >> train

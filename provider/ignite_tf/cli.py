@@ -1,7 +1,7 @@
 """``ignite-tf``: TensorFlow clusters over Ignite caches, with the commands of Apache Ignite's TensorFlow tool.
 
     ignite-tf start [-c CFG] [--mode sync|async] [--workers N] [--ps M] [--max-restarts K] [--detach]
-                    [--env NAME[=VALUE]]... CACHE_NAME JOB_DIR JOB_CMD [JOB_ARGS...]
+                    [--env NAME[=VALUE]]... CACHE_NAME JOB_DIR COMMAND [ARGS...]
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
     ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
@@ -24,6 +24,7 @@ from ignite_tf import __version__
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
 from ignite_tf.errors import IgniteTFError
+from ignite_tf.settings import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 
 
 def _common() -> argparse.ArgumentParser:
@@ -46,8 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sync: MultiWorkerMirroredStrategy; async: ParameterServerStrategy (default sync)")
     start.add_argument("--workers", type=_positive, help="workers (default: one per Ignite server node)")
     start.add_argument("--ps", type=_positive, default=1, help="parameter servers in async mode (default 1)")
-    start.add_argument("--max-restarts", type=_non_negative, default=3, help="restarts after failures (default 3)")
-    start.add_argument("--startup-deadline", type=float, default=120.0, help="seconds for all tasks to come up")
+    start.add_argument("--max-restarts", type=_non_negative, default=DEFAULT_MAX_RESTARTS,
+                       help=f"restarts after failures (default {DEFAULT_MAX_RESTARTS})")
+    start.add_argument("--startup-deadline", type=float, default=DEFAULT_STARTUP_DEADLINE_S, metavar="SECONDS",
+                       help=f"seconds for all tasks to come up (default {DEFAULT_STARTUP_DEADLINE_S:.0f})")
     start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy], default=DEFAULT_RESTART_POLICY.value,
                        help="which failures are restarted: on-failure (all), exit-code (signals, statuses >= 128, "
                             f"no progress; not the job's own error), never (default {DEFAULT_RESTART_POLICY.value})")
@@ -62,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "variables otherwise")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
-    start.add_argument("job_cmd", metavar="JOB_CMD", help="command run in JOB_DIR by every worker (sync) or the chief")
-    start.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER)
+    # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
+    start.add_argument("program", metavar="COMMAND",
+                       help="the command run in JOB_DIR by every worker (sync) or the chief, then its ARGS")
+    start.add_argument("program_args", metavar="ARGS", nargs=argparse.REMAINDER)
 
     stop = sub.add_parser("stop", parents=[common], help="stop a running cluster")
     stop.add_argument("cluster_id", metavar="CLUSTER_ID")
@@ -136,7 +141,7 @@ def cmd_start(args, conn) -> int:
     from ignite_tf.cluster.state import ExitCode
 
     launcher = _launcher(conn)
-    job = {"command": [args.job_cmd, *args.job_args], "job_dir": args.job_dir}
+    job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
                           max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
                           cluster_id=args.cluster_id, launcher=launcher, restart_policy=args.restart_policy,

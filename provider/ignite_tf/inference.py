@@ -22,6 +22,7 @@ import pandas as pd
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.partition import PartitionReader, ReadTask
+from ignite_tf.settings import DEFAULT_LABEL_COLUMN
 
 KINDS = ("classifier", "regressor")
 
@@ -147,7 +148,8 @@ def _features(features: list[str] | None, params: dict, schema: dict, key: str, 
     if features is None:
         features = params.get("features")
     if features is None:
-        label = str(params.get("label") or "label").lower()
+        # ``label`` is what versions published before ``label_column`` recorded.
+        label = str(params.get("label_column") or params.get("label") or DEFAULT_LABEL_COLUMN).lower()
         features = [c for c, d in schema.items() if c not in (key, label) and np.dtype(d).kind in "fiub"]
     features = [str(f).lower() for f in features]
     missing = [f for f in features if f not in schema]

@@ -15,6 +15,7 @@ from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
 from ignite_tf.errors import ConfigError
+from ignite_tf.settings import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 
 
 def default_run_root() -> Path:
@@ -47,8 +48,9 @@ def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
 
 
 def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
-                  workers: int | None = None, ps: int = 1, max_restarts: int = 3,
-                  startup_deadline_s: float = 120.0, grace_period_s: float = 10.0, cluster_id: str | None = None,
+                  workers: int | None = None, ps: int = 1,
+                  max_restarts: int = DEFAULT_MAX_RESTARTS, startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
+                  grace_period_s: float = 10.0, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, restart_policy: RestartPolicy | str | None = None,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
-from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 from ignite_tf.runtime import progress
 
@@ -73,7 +73,7 @@ class Supervisor:
         self._last_watch = 0.0
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
-    def tstate(self, task: TaskSpec) -> TaskState:
+    def tstate(self, task: ClusterTask) -> TaskState:
         return next(s for s in self.state.tasks if s.name == task.name)
 
     def event(self, message: str) -> None:
@@ -95,7 +95,7 @@ class Supervisor:
             self._last_put = now
 
     # -- tasks ---------------------------------------------------------------------------------------------
-    def start_task(self, task: TaskSpec) -> None:
+    def start_task(self, task: ClusterTask) -> None:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
         progress = Path(self.spec.progress_path(task))
         progress.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ class Supervisor:
         self.state.status = Status.STARTING
         self.save(force=True)
 
-    def kill_task(self, task: TaskSpec, grace: float) -> None:
+    def kill_task(self, task: ClusterTask, grace: float) -> None:
         proc = self.procs.get(task.name)
         if proc is None:
             return
@@ -161,7 +161,7 @@ class Supervisor:
         self.start_all()
         return True
 
-    def restart_task(self, task: TaskSpec, why: str) -> bool:
+    def restart_task(self, task: ClusterTask, why: str) -> bool:
         if self.state.restarts >= self.spec.max_restarts:
             return False
         self.state.restarts += 1
@@ -204,7 +204,7 @@ class Supervisor:
         self.state.failures.append({**failure.to_dict(), "time": time.time(), "action": f"not restarted: {why_not}"})
         return self.finish(Status.FAILED, code, f"{why}; {why_not}")
 
-    def recover(self, failures: list[Failure], task: TaskSpec) -> ExitCode | None:
+    def recover(self, failures: list[Failure], task: ClusterTask) -> ExitCode | None:
         """Restart after ``failures`` (tasks that ended together) if the policy allows, else end the cluster."""
         cause = first_cause(failures)
         for f in failures:
@@ -277,7 +277,7 @@ class Supervisor:
         if self._stop_requested():
             return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
         chief = self.spec.chief
-        failures: list[tuple[Failure, TaskSpec]] = []
+        failures: list[tuple[Failure, ClusterTask]] = []
         for task in self.spec.tasks:
             proc = self.procs[task.name]
             code = proc.poll()
@@ -345,7 +345,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
+def task_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
     """argv of one task: the runtime with an entry point, or the user's script (chief only in async mode)."""
     job = spec.job
     runtime = [sys.executable, "-m", "ignite_tf.runtime"]
@@ -357,11 +357,11 @@ def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
     return [*runtime, "--entry-point", job["entry_point"], *job.get("args", [])]
 
 
-def runs_user_command(spec: ClusterSpec, task: TaskSpec) -> bool:
+def runs_user_command(spec: ClusterSpec, task: ClusterTask) -> bool:
     return "command" in spec.job and (spec.mode is Mode.SYNC or task.role is Role.CHIEF)
 
 
-def task_cwd(spec: ClusterSpec, task: TaskSpec) -> str:
+def task_cwd(spec: ClusterSpec, task: ClusterTask) -> str:
     """A user's script runs in its job directory; runtime tasks in their own task directory."""
     if runs_user_command(spec, task) and spec.job.get("job_dir"):
         return spec.job["job_dir"]

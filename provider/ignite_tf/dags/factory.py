@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.dags.spec import PipelineConfig, param_bounds
+from ignite_tf.dags.schema import param_bounds
+from ignite_tf.dags.spec import PipelineConfig
 
 OPERATORS = "ignite_tf.operators"
 
@@ -37,7 +38,7 @@ class Ref:
 class ModelAsset:
     """The Asset a published model updates (``ignite_tf.operators.publish.model_asset``)."""
 
-    registry: str
+    registry_root: str
     model: str
 
 
@@ -166,13 +167,13 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                                "batch_size": _param("batch_size", params, training.batch_size),
                                "learning_rate": _param("learning_rate", params, training.learning_rate),
                                "model_args": _param("model_args", params, dict(training.model_args)),
-                               "label_column": training.label}
-        recorded = {"entry_point": training.entry_point, "label": training.label,
+                               "label_column": training.label_column}
+        recorded = {"entry_point": training.entry_point, "label_column": training.label_column,
                     **{k: job[k] for k in ("epochs", "batch_size", "learning_rate", "model_args")}}
     else:
         # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
-        job = {"command": [sys.executable, training.script, *training.args], "job_dir": str(training.job_dir)}
-        recorded = {"script": training.script, "args": list(training.args)}
+        job = {"command": training.argv(sys.executable), "job_dir": str(training.job_dir)}
+        recorded = {"command": list(training.command)}
     tasks = [
         TaskSpec("load", f"{OPERATORS}.ignite.IgniteLoadOperator",
                  {**conn, "cache": config.cache, "key": config.key, **load_source}),
@@ -197,7 +198,7 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         pub = config.publish
         tasks.append(TaskSpec(
             "publish", f"{OPERATORS}.publish.PublishModelOperator",
-            {**conn, "registry_root": pub.registry, "model_name": pub.model, "training": Ref("train"),
+            {**conn, "registry_root": pub.registry_root, "model": pub.model, "training": Ref("train"),
              "validation": Ref("validation_gate"), "partition_map": Ref("partitions"),
              "thresholds": {k: list(v) for k, v in pub.thresholds.items()}, "tolerance": pub.tolerance,
              "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded}}))
@@ -208,12 +209,12 @@ def render(config: PipelineConfig) -> list[DagSpec]:
     if config.inference is not None and config.publish is not None:
         inf, pub = config.inference, config.publish
         score = TaskSpec("score", f"{OPERATORS}.inference.BatchInferenceOperator",
-                         {**conn, "registry_root": pub.registry, "model_name": pub.model,
+                         {**conn, "registry_root": pub.registry_root, "model": pub.model,
                           "input_cache": inf.input_cache, "output_cache": inf.output_cache, "shards": inf.shards},
                          expand={"shard": list(range(inf.shards))})
         dags.append(DagSpec(f"{config.dag_id}_inference",
                             f"Score {inf.input_cache} into {inf.output_cache} with each new production "
-                            f"'{pub.model}' model", ModelAsset(pub.registry, pub.model),
+                            f"'{pub.model}' model", ModelAsset(pub.registry_root, pub.model),
                             tuple(dict.fromkeys((*config.tags, "inference"))), config.owner, (score,),
                             doc_md=_doc(config)))
     return dags
@@ -245,7 +246,7 @@ def build_dag(spec: DagSpec, fileloc: str | None = None):
 
     schedule: Any = spec.schedule
     if isinstance(schedule, ModelAsset):
-        schedule = [model_asset(schedule.registry, schedule.model)]
+        schedule = [model_asset(schedule.registry_root, schedule.model)]
     elif isinstance(schedule, NamedAsset):
         value = schedule.value
         schedule = [Asset(uri=value) if "://" in value else Asset.ref(name=value)]

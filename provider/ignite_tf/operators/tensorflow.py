@@ -10,6 +10,14 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from ignite_tf.operators.base import IgniteTFOperator, as_dict
+from ignite_tf.settings import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EPOCHS,
+    DEFAULT_LABEL_COLUMN,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_STARTUP_DEADLINE_S,
+)
 
 
 class TFClusterOperator(IgniteTFOperator):
@@ -50,11 +58,12 @@ class TFClusterOperator(IgniteTFOperator):
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
-                 ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
-                 learning_rate: float | str | None = None, label_column: str = "label",
-                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = 2,
-                 startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
-                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
+                 ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
+                 learning_rate: float | str | None = None, label_column: str = DEFAULT_LABEL_COLUMN,
+                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = DEFAULT_MAX_RESTARTS,
+                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S, extra_args: list[str] | None = None,
+                 run_root: str | None = None, deferrable: bool = True, wait_for_completion: bool = True,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
                  env: list[str] | dict[str, str] | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -83,7 +92,7 @@ class TFClusterOperator(IgniteTFOperator):
     def job(self) -> dict[str, Any]:
         if self.command:
             return {"command": list(self.command), "job_dir": self.job_dir or "."}
-        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label", self.label_column]
+        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label-column", self.label_column]
         if self.learning_rate not in (None, ""):
             args += ["--learning-rate", str(float(self.learning_rate))]
         for key, value in (as_dict(self.model_args) if self.model_args else {}).items():

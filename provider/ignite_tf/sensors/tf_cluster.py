@@ -9,6 +9,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
+from ignite_tf.settings import DEFAULT_POLL_INTERVAL
+
 
 class TFClusterSensor(BaseSensorOperator):
     """Succeeds with the cluster's final metrics; fails with the exit reason and the chief's last lines.
@@ -16,12 +18,13 @@ class TFClusterSensor(BaseSensorOperator):
     :param cluster_id: the cluster (templated, e.g. ``{{ ti.xcom_pull('train', key='cluster_id') }}``).
     :param ignite_conn_id: connection whose Ignite holds the cluster state.
     :param deferrable: wait in the triggerer (default).
+    :param poll_interval: seconds between polls of the cluster's state.
     """
 
     template_fields: Sequence[str] = ("cluster_id",)
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str = "ignite_default", deferrable: bool = True,
-                 poll_interval: float = 5.0, **kwargs):
+                 poll_interval: float = DEFAULT_POLL_INTERVAL, **kwargs):
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         self.cluster_id, self.ignite_conn_id = cluster_id, ignite_conn_id

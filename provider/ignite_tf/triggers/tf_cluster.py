@@ -15,6 +15,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ignite_tf.settings import DEFAULT_POLL_INTERVAL
+
 
 class TFClusterTrigger(BaseTrigger):
     """Fires once the cluster ``cluster_id`` has ended.
@@ -27,7 +29,7 @@ class TFClusterTrigger(BaseTrigger):
     """
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = "ignite_default",
-                 state_dir: str | None = None, poll_interval: float = 5.0, offset: int = 0):
+                 state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0):
         super().__init__()
         self.cluster_id = cluster_id
         self.ignite_conn_id = ignite_conn_id
