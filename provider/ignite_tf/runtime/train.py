@@ -275,7 +275,7 @@ def _model_arg(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ignite_tf.runtime", description=__doc__.splitlines()[0])
     parser.add_argument("--entry-point", help="module:function returning a compiled tf_keras model")
     parser.add_argument("--epochs", type=int, required=True)
@@ -292,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra keyword argument of the model function (value parsed as JSON if it can be)")
     parser.add_argument("--serve", action="store_true",
                         help="only serve (async worker / ps); the default decides from TF_CONFIG's task type")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
