@@ -191,7 +191,7 @@ class TrainingConfig:
 
     @property
     def uses(self) -> tuple[str, ...]:
-        """Training settings a run can change: all for an entry point; for a script those its args template."""
+        """Training settings a run can change: all for an entry point; for a command those its arguments template."""
         if self.entry_point:
             return PARAM_FIELDS
         text = " ".join(self.command)
