@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ignite_tf import settings
+from ignite_tf import defaults
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +68,8 @@ def test_max_restarts_startup_deadline_restart_policy_and_watchdog_agree_everywh
     spec_fields = {f.name: f.default for f in dataclasses.fields(ClusterSpec)}
     yaml_fields = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
     for name, value, cli_value in [
-        ("max_restarts", settings.DEFAULT_MAX_RESTARTS, cli.max_restarts),
-        ("startup_deadline_s", settings.DEFAULT_STARTUP_DEADLINE_S, cli.startup_deadline),
+        ("max_restarts", defaults.DEFAULT_MAX_RESTARTS, cli.max_restarts),
+        ("startup_deadline_s", defaults.DEFAULT_STARTUP_DEADLINE_S, cli.startup_deadline),
         ("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S, cli.progress_timeout),
     ]:
         found = {"schema": schema_default("training", name), "parsed spec": getattr(parsed, name),
@@ -79,7 +79,7 @@ def test_max_restarts_startup_deadline_restart_policy_and_watchdog_agree_everywh
         if name != "progress_timeout_s":  # the operator's None means "the core's default"
             found["TFClusterOperator"] = default_of(TFClusterOperator.__init__, name)
         assert {k: v for k, v in found.items() if v != value} == {}, name
-    assert (settings.DEFAULT_MAX_RESTARTS, settings.DEFAULT_STARTUP_DEADLINE_S, DEFAULT_PROGRESS_TIMEOUT_S) == (2, 180, 600)
+    assert (defaults.DEFAULT_MAX_RESTARTS, defaults.DEFAULT_STARTUP_DEADLINE_S, DEFAULT_PROGRESS_TIMEOUT_S) == (2, 180, 600)
     policy = DEFAULT_RESTART_POLICY.value
     assert schema_default("training", "restart_policy") == policy == cli.restart_policy
     assert parsed.restart_policy.value == policy and spec_fields["restart_policy"].value == policy
@@ -95,12 +95,12 @@ def test_training_parameters_agree_between_yaml_operator_runtime_cli_and_runtime
     operator = TFClusterOperator.__init__
     assert (schema_default("training", "label_column") == parsed.label_column == runtime.label_column
             == default_of(operator, "label_column") == default_of(train, "label_column")
-            == default_of(serve, "label_column") == settings.DEFAULT_LABEL_COLUMN)
+            == default_of(serve, "label_column") == defaults.DEFAULT_LABEL_COLUMN)
     assert (schema_default("training", "batch_size") == parsed.batch_size == runtime.batch_size
             == default_of(operator, "batch_size") == default_of(train, "batch_size")
-            == default_of(serve, "batch_size") == settings.DEFAULT_BATCH_SIZE)
+            == default_of(serve, "batch_size") == defaults.DEFAULT_BATCH_SIZE)
     assert (schema_default("training", "epochs") == parsed.epochs == default_of(operator, "epochs")
-            == settings.DEFAULT_EPOCHS)
+            == defaults.DEFAULT_EPOCHS)
 
 
 def build_runtime(extra: list[str]):
@@ -121,17 +121,17 @@ def test_poll_interval_agrees_between_operator_sensor_and_trigger():
 
     found = {cls.__name__: default_of(cls.__init__, "poll_interval")
              for cls in (TFClusterOperator, TFClusterSensor, TFClusterTrigger)}
-    assert found == dict.fromkeys(found, settings.DEFAULT_POLL_INTERVAL) and settings.DEFAULT_POLL_INTERVAL == 5.0
+    assert found == dict.fromkeys(found, defaults.DEFAULT_POLL_INTERVAL) and defaults.DEFAULT_POLL_INTERVAL == 5.0
 
 
 def test_registry_root_default_of_the_schema_is_the_one_the_spec_uses(tmp_path, monkeypatch):
     from ignite_tf.dags.spec import DEFAULT_REGISTRY, parse_spec
 
     assert schema_default("publish", "registry_root") == DEFAULT_REGISTRY
-    assert DEFAULT_REGISTRY == f"${{{settings.ENV_REGISTRY_ROOT}:-{settings.DEFAULT_REGISTRY_ROOT}}}"
-    monkeypatch.delenv(settings.ENV_REGISTRY_ROOT, raising=False)
+    assert DEFAULT_REGISTRY == f"${{{defaults.ENV_REGISTRY_ROOT}:-{defaults.DEFAULT_REGISTRY_ROOT}}}"
+    monkeypatch.delenv(defaults.ENV_REGISTRY_ROOT, raising=False)
     parsed = parse_spec(minimal_spec(tmp_path))
-    assert parsed.publish.registry_root == str(Path(settings.DEFAULT_REGISTRY_ROOT).expanduser())
+    assert parsed.publish.registry_root == str(Path(defaults.DEFAULT_REGISTRY_ROOT).expanduser())
 
 
 def test_readme_settings_table_shows_the_defaults():
@@ -141,10 +141,10 @@ def test_readme_settings_table_shows_the_defaults():
     for line in table.splitlines()[2:]:
         name, *cells = [c.strip() for c in line.strip().strip("|").split("|")]
         rows[name.strip("`")] = cells
-    expected = {"max_restarts": settings.DEFAULT_MAX_RESTARTS, "startup_deadline_s": settings.DEFAULT_STARTUP_DEADLINE_S,
-                "progress_timeout_s": DEFAULT_PROGRESS_TIMEOUT_S, "poll_interval": settings.DEFAULT_POLL_INTERVAL,
-                "epochs": settings.DEFAULT_EPOCHS, "batch_size": settings.DEFAULT_BATCH_SIZE,
-                "label_column": settings.DEFAULT_LABEL_COLUMN, "restart_policy": DEFAULT_RESTART_POLICY.value}
+    expected = {"max_restarts": defaults.DEFAULT_MAX_RESTARTS, "startup_deadline_s": defaults.DEFAULT_STARTUP_DEADLINE_S,
+                "progress_timeout_s": DEFAULT_PROGRESS_TIMEOUT_S, "poll_interval": defaults.DEFAULT_POLL_INTERVAL,
+                "epochs": defaults.DEFAULT_EPOCHS, "batch_size": defaults.DEFAULT_BATCH_SIZE,
+                "label_column": defaults.DEFAULT_LABEL_COLUMN, "restart_policy": DEFAULT_RESTART_POLICY.value}
     for name, value in expected.items():
         shown = f"{value:g}" if isinstance(value, float) else str(value)
         assert rows[name][-1] == f"`{shown}`", (name, rows[name])

@@ -23,8 +23,8 @@ from pathlib import Path
 from ignite_tf import __version__
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.settings import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 
 
 def _common() -> argparse.ArgumentParser:

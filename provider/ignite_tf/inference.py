@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.defaults import DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.partition import PartitionReader, ReadTask
-from ignite_tf.settings import DEFAULT_LABEL_COLUMN
 
 KINDS = ("classifier", "regressor")
 

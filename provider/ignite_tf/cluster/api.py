@@ -14,8 +14,8 @@ from ignite_tf.cluster.launcher import Launcher, LocalLauncher
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
-from ignite_tf.settings import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 
 
 def default_run_root() -> Path:

@@ -22,8 +22,8 @@ from typing import Any
 
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
-from ignite_tf.settings import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 
 
 class Mode(StrEnum):

@@ -24,9 +24,7 @@ from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.dags.schema import field_path, schema_problems
-from ignite_tf.errors import ConfigError
-from ignite_tf.plan.shards import Reshuffle
-from ignite_tf.settings import (
+from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     DEFAULT_LABEL_COLUMN,
@@ -35,6 +33,8 @@ from ignite_tf.settings import (
     DEFAULT_STARTUP_DEADLINE_S,
     ENV_REGISTRY_ROOT,
 )
+from ignite_tf.errors import ConfigError
+from ignite_tf.plan.shards import Reshuffle
 
 DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"
 # A command's first item that runs with the Python that parses the DAG (the worker that runs the task

@@ -9,8 +9,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from ignite_tf.operators.base import IgniteTFOperator, as_dict
-from ignite_tf.settings import (
+from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     DEFAULT_LABEL_COLUMN,
@@ -18,6 +17,7 @@ from ignite_tf.settings import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_STARTUP_DEADLINE_S,
 )
+from ignite_tf.operators.base import IgniteTFOperator, as_dict
 
 
 class TFClusterOperator(IgniteTFOperator):

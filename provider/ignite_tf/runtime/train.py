@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import progress
 from ignite_tf.runtime.report import make_reporter
 from ignite_tf.runtime.task import TaskInfo, task_info
-from ignite_tf.settings import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
 

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
-from ignite_tf.settings import DEFAULT_POLL_INTERVAL
+from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
 
 
 class TFClusterSensor(BaseSensorOperator):

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ignite_tf.settings import DEFAULT_POLL_INTERVAL
+from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
 
 
 class TFClusterTrigger(BaseTrigger):
