@@ -205,6 +205,8 @@ def _ps_tasks(launcher, state) -> int:
         print(f"reason: {state.reason}")
     print(f"run folder: {state.run_dir}")
     print(f"supervisor: {where}")
+    if state.labels.get("dag_id"):
+        print("started by: Airflow " + " / ".join(state.labels.get(k, "?") for k in ("dag_id", "run_id", "task_id")))
     last = state.last_epoch
     rows = []
     for t in state.tasks:

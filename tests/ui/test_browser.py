@@ -103,10 +103,10 @@ def test_cluster_page_after_a_run_in_a_browser(trained, tmp_path):
 def test_extra_links_of_the_training_and_publish_tasks(trained):
     svc, _, run_id, train = trained
     base = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances"
-    train_links = svc.request("GET", f"{base}/train/links")
+    train_links = svc.request("GET", f"{base}/train/links")["extra_links"]
     assert f"/ignite-tf/?cluster={train['cluster_id']}" in train_links["Training page"], train_links
     assert train["cluster_id"] in train_links["TensorBoard"]
-    publish_links = svc.request("GET", f"{base}/publish/links")
+    publish_links = svc.request("GET", f"{base}/publish/links")["extra_links"]
     assert "#model-tabular_sync-" in publish_links["Registry version"], publish_links
 
 
@@ -143,20 +143,39 @@ def _listening(port: int) -> bool:
 
 
 def test_trigger_form_shows_the_params_and_refuses_a_bad_value(trained, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
     svc, *_ = trained
     before = svc.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
     driver = chrome()
     try:
         login(driver, svc)
         driver.get(f"{svc.base}/dags/{DAG_ID}")
-        button = wait_for(lambda: [b for b in driver.find_elements("css selector", "button")
-                                   if b.text.strip() == "Trigger"], what="the Trigger button", driver=driver)[0]
-        button.click()
-        wait_for(lambda: "Run Parameters" in driver.page_source or "workers" in driver.page_source,
-                 what="the trigger form", driver=driver)
-        driver.save_screenshot(str(tmp_path / "trigger-form-opened.png"))
+        wait_for(lambda: [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Trigger"],
+                 what="the Trigger button", driver=driver)[0].click()
+        dialog = wait_for(lambda: driver.find_elements("css selector", "[role=dialog]"), what="the trigger form",
+                          driver=driver)[0]
+        wait_for(lambda: driver.find_elements("css selector", "#element_workers"), what="the Params' fields",
+                 driver=driver)
+        text = dialog.text
+        print(text[:3000])
+        print([e.get_attribute("id") for e in dialog.find_elements("css selector", "[id^=element_]")])
+        for title in ("Epochs", "Workers", "Learning rate", "Batch size"):
+            assert title in text, (title, text)
+        assert "1 to 64" in text and "passes over the data" in text, text
+        driver.save_screenshot(str(tmp_path / "trigger-form.png"))
+        # A learning rate of 0 is out of its bounds (above 0): the form sends it and the run is refused.
+        rate = driver.find_element("css selector", "#element_learning_rate")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", rate)
+        rate.send_keys(Keys.CONTROL, "a")
+        rate.send_keys("0")
+        buttons = [b for b in dialog.find_elements("css selector", "button") if b.text.strip() == "Trigger"]
+        buttons[-1].click()
+        error = wait_for(lambda: "learning_rate" in dialog.text and dialog.text, what="the refusal",
+                         driver=driver)
+        print(error[-1500:])
+        driver.save_screenshot(str(tmp_path / "trigger-form-refused.png"))
         print(f"screenshots: {tmp_path}")
-        print(driver.find_element("css selector", "body").text[:4000])
     finally:
         driver.quit()
     assert svc.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"] == before

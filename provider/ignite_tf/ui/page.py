@@ -6,15 +6,18 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from ignite_tf.ui.views import NOT_CURVES
+
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 20px;color:#1a202c;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:0} h3{font-size:14px;margin:14px 0 6px}
 .sub{color:#4a5568;font-size:13px;margin-bottom:14px}
 table{border-collapse:collapse;font-size:13px} th,td{padding:4px 10px;border-bottom:1px solid #e2e8f0;text-align:left}
 th{background:#f7fafc;font-weight:600} td.num{text-align:right}
-.state{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff}
-.s-succeeded,.s-production,.s-passed{background:#2f855a} .s-running,.s-starting{background:#2b6cb0}
-.s-restarting{background:#b7791f} .s-failed,.s-lost,.s-refused{background:#c53030}
+.state{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;
+background:#718096}
+.s-succeeded,.s-production,.s-passed,.s-exited{background:#2f855a} .s-running,.s-starting{background:#2b6cb0}
+.s-restarting{background:#b7791f} .s-failed,.s-lost,.s-killed,.s-gone{background:#c53030}
 .s-stopped,.s-candidate{background:#718096}
 .cluster{border:1px solid #cbd5e0;border-radius:8px;padding:12px 16px;margin:18px 0}
 .meta{font-size:13px;color:#2d3748;margin:6px 0} .meta span{margin-right:16px}
@@ -22,7 +25,7 @@ th{background:#f7fafc;font-weight:600} td.num{text-align:right}
 svg.chart{border:1px solid #e2e8f0;border-radius:6px;background:#fff}
 svg .chart-title{font-size:12px;font-weight:600;fill:#2d3748} svg .tick{font-size:10px;fill:#4a5568}
 svg .legend{font-size:11px;font-weight:600} svg .grid{stroke:#edf2f7} svg .plot{fill:#fcfcfd;stroke:#cbd5e0}
-.cols{display:flex;flex-wrap:wrap;gap:28px} .reason{color:#c53030;font-size:13px}
+.cols{display:flex;flex-wrap:wrap;gap:28px} .reason{color:#c53030;font-size:13px} .note{color:#4a5568;font-size:13px}
 code{background:#f1f5f9;padding:1px 4px;border-radius:3px;font-size:12px} a{color:#2b6cb0}
 """
 
@@ -107,7 +110,8 @@ def _publish(publish: dict[str, Any] | None) -> str:
     if not publish:
         return "<p>not published (yet)</p>"
     reasons = "; ".join(publish.get("reasons") or []) or ("gate passed" if publish["status"] == "production" else "")
-    metrics = ", ".join(f"{escape(k)}={v:.4g}" for k, v in publish["metrics"].items() if isinstance(v, int | float))
+    metrics = ", ".join(f"{escape(k)}={v:.4g}" for k, v in publish["metrics"].items()
+                        if isinstance(v, int | float) and k not in NOT_CURVES)
     return (f'<p class="meta" id="model-{escape(str(publish["model"]))}-{escape(str(publish["version"]))}">'
             f'model <b>{escape(str(publish["model"]))}</b> version <b>{escape(str(publish["version"]))}</b> '
             f'{_state(publish["status"])} <span>{escape(reasons)}</span></p>'
@@ -123,7 +127,8 @@ def cluster_section(view: dict[str, Any], tensorboard: str) -> str:
     tasks = _table(["task", "host", "state", "restarts", "exit"],
                    [[escape(t["name"]), escape(t["host"]), _state(t["state"]), str(t["restarts"]), escape(t["exit"])]
                     for t in view["tasks"]], "tasks")
-    reason = f'<p class="reason">{escape(view["reason"])}</p>' if view["reason"] else ""
+    kind = "note" if view["status"] == "succeeded" else "reason"
+    reason = f'<p class="{kind}">{escape(view["reason"])}</p>' if view["reason"] else ""
     return f"""
 <section class="cluster" id="cluster-{escape(view['id'])}" data-cluster="{escape(view['id'])}">
 <h2>{escape(view['id'])} {_state(view['status'])}</h2>
