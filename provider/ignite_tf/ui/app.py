@@ -1,7 +1,7 @@
 """The FastAPI app Airflow's API server mounts at ``/ignite-tf`` (registered by ``ignite_tf.ui.plugin``).
 
 Every route needs an Airflow login: the UI's session cookie or an ``Authorization: Bearer`` token, checked by
-Airflow's own ``get_user``. The clusters come from the state store of the ``ignite_default`` connection
+Airflow's own ``get_user``, and a user sees the clusters of the DAGs they may read. The clusters come from the state store of the ``ignite_default`` connection
 (``IGNITE_TF_UI_CONN_ID`` names another; without a connection, the local state folder); the shard plan,
 validation and publish results of the same DAG run from Airflow's metadata DB (XCom). No secret reaches the
 page: the connection is only used to read the state.
@@ -66,15 +66,31 @@ def run_results(dag_id: str, run_id: str) -> dict[str, Any]:
     return out
 
 
-def gather(cluster: str | None = None, limit: int = 20) -> tuple[list[dict[str, Any]], str, str]:
-    """(views newest first, where the state came from, an error to show)."""
+def readable_dags(user) -> set[str] | None:
+    """The DAG ids this user may read (Airflow's auth manager); None when it cannot say."""
+    try:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("ignite-tf page: readable DAGs unknown: %s", exc)
+        return None
+
+
+def gather(cluster: str | None = None, limit: int = 20,
+           dags: set[str] | None = None) -> tuple[list[dict[str, Any]], str, str]:
+    """(views newest first, where the state came from, an error to show). ``dags``: the DAGs whose clusters
+    the user may see (clusters started outside Airflow are shown to every logged-in user)."""
     from ignite_tf.cluster.api import make_launcher
 
     conn = _connection()
     launcher = make_launcher(conn)
     store = launcher.store
     try:
-        states = [store.require(cluster)] if cluster else store.list()[::-1][:limit]
+        states = [store.require(cluster)] if cluster else store.list()[::-1]
+        if dags is not None:
+            states = [s for s in states if not s.labels.get("dag_id") or s.labels["dag_id"] in dags]
+        states = states[:limit]
         views = []
         for state in states:
             labels = state.labels
@@ -96,14 +112,14 @@ def gather(cluster: str | None = None, limit: int = 20) -> tuple[list[dict[str, 
 @app.get("/", response_class=HTMLResponse)
 def clusters_page(user: User, cluster: Annotated[str | None, Query()] = None,
                   limit: Annotated[int, Query(ge=1, le=200)] = 20) -> HTMLResponse:
-    views, source, error = gather(cluster, limit)
+    views, source, error = gather(cluster, limit, readable_dags(user))
     return HTMLResponse(page.render(views, source=source, tensorboard_for=tensorboard_url, error=error))
 
 
 @app.get("/api/clusters")
 def clusters_json(user: User, cluster: Annotated[str | None, Query()] = None,
                   limit: Annotated[int, Query(ge=1, le=200)] = 20) -> JSONResponse:
-    views, source, error = gather(cluster, limit)
+    views, source, error = gather(cluster, limit, readable_dags(user))
     for view in views:
         view.pop("charts")
     return JSONResponse({"source": source, "error": error, "clusters": views})
