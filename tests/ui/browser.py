@@ -41,3 +41,20 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition", driver=N
             source = driver.page_source[-3000:] if driver is not None else ""
             raise AssertionError(f"timed out waiting for {what}\n{source}")
         time.sleep(0.5)
+
+
+def click(driver, xpath: str, what: str, timeout: float = 60.0) -> None:
+    """Click the first element at ``xpath`` once it is there; again if React re-rendered it meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def attempt():
+        try:
+            found = driver.find_elements("xpath", xpath)
+            if found:
+                found[0].click()
+                return True
+        except (StaleElementReferenceException, WebDriverException):
+            return False
+        return False
+
+    wait_for(attempt, timeout, what, driver)

@@ -21,7 +21,7 @@ import pytest
 
 from tests.airflowsvc import free_ports, wait_parsed
 from tests.airflowutil import SECRET
-from tests.ui.browser import chrome, login, wait_for
+from tests.ui.browser import chrome, click, login, wait_for
 
 pytestmark = pytest.mark.integration
 DAG_ID = "ignite_tf_tabular_sync"
@@ -92,8 +92,11 @@ def test_cluster_page_after_a_run_in_a_browser(trained, tmp_path):
         assert cluster_id in tensorboard
         assert SECRET not in driver.page_source
         driver.save_screenshot(str(tmp_path / "ignite-tf-page.png"))
-        # The navigation entry opens the same page inside Airflow's UI.
-        driver.get(f"{svc.base}/plugin/ignite-tf")
+        # The navigation entry (Browse > TensorFlow clusters) opens the same page inside Airflow's UI.
+        driver.get(f"{svc.base}/")
+        click(driver, "//button[normalize-space()='Browse']", "the Browse menu")
+        click(driver, "//*[normalize-space()='TensorFlow clusters']", "the TensorFlow clusters entry")
+        wait_for(lambda: driver.current_url.endswith("/plugin/ignite-tf"), what="the plugin's route", driver=driver)
         frame = wait_for(lambda: driver.find_elements("css selector", "iframe"), what="the plugin's iframe",
                          driver=driver)[0]
         assert frame.get_attribute("src").endswith("/ignite-tf/")
@@ -162,8 +165,7 @@ def test_trigger_form_shows_the_params_and_refuses_a_bad_value(trained, tmp_path
     try:
         login(driver, svc)
         driver.get(f"{svc.base}/dags/{DAG_ID}")
-        wait_for(lambda: [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Trigger"],
-                 what="the Trigger button", driver=driver)[0].click()
+        click(driver, "//button[normalize-space()='Trigger']", "the Trigger button")
         field = {name: wait_for(lambda n=name: driver.find_elements("css selector", f"input[name=element_{n}]"),
                                 what=f"the {name} field", driver=driver)[0]
                  for name in ("epochs", "batch_size", "learning_rate", "workers")}
