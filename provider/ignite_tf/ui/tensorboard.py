@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.errors import ConfigError
 
 DEFAULT_PORT = 6006
@@ -26,7 +27,7 @@ def tensorboard_url(cluster_id: str | None = None) -> str:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "tensorboard").is_dir()
+    return RunFolder(path).tensorboard.is_dir()
 
 
 def logdirs(targets: list[str], store=None) -> dict[str, Path]:
@@ -35,7 +36,7 @@ def logdirs(targets: list[str], store=None) -> dict[str, Path]:
 
     def add(run: Path) -> None:
         name = run.name if run.name not in found else f"{run.parent.name}/{run.name}"
-        found[name] = run / "tensorboard"
+        found[name] = RunFolder(run).tensorboard
 
     for target in targets:
         path = Path(target).expanduser()
@@ -57,7 +58,7 @@ def logdirs(targets: list[str], store=None) -> dict[str, Path]:
         if not _is_run(run):
             raise ConfigError(f"cluster {target}: its run folder {run} has no tensorboard/ folder (yet) on this "
                               f"machine; run this where the cluster ran, or pass a copy of the run folder")
-        found[state.cluster_id] = run / "tensorboard"
+        found[state.cluster_id] = RunFolder(run).tensorboard
     return found
 
 

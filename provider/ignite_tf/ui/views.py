@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import ClusterState
 from ignite_tf.ui.charts import line_chart
 
@@ -54,7 +55,7 @@ def charts(epochs: list[dict[str, Any]]) -> list[str]:
 
 def plan_summary(run_dir: str) -> dict[str, Any] | None:
     """Rows per worker and locality of the cluster's shard plan (epoch 0), from its run folder."""
-    path = Path(run_dir) / "shard_plan.json"
+    path = RunFolder(run_dir).shard_plan
     if not path.is_file():
         return None
     from ignite_tf.plan.shards import ShardPlan
