@@ -5,6 +5,7 @@
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
     ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
+    ignite-tf tensorboard [-c CFG] [--port P] [--host H] CLUSTER_ID|RUN_DIR...
     ignite-tf load [-c CFG] [--key COLUMN] [--schema FILE] [--column NAME:TYPE ...] CACHE_NAME FILE
 
 ``-c`` is a connection file (JSON/YAML with ``addresses``, ``username``, ``password``...) or an Airflow
@@ -79,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("-a", "--all", action="store_true", help="include finished clusters")
     ps.add_argument("cluster_id", metavar="CLUSTER_ID", nargs="?",
                     help="list this cluster's tasks: pid, state, exit, log file, and its run folder")
+
+    tb = sub.add_parser("tensorboard", parents=[common], help="serve the TensorBoard files of runs")
+    tb.add_argument("targets", metavar="CLUSTER_ID|RUN_DIR", nargs="+",
+                    help="a cluster id, a run folder, or a folder of run folders (every run in it)")
+    tb.add_argument("--port", type=_positive, default=6006, help="TensorBoard's port (default 6006)")
+    tb.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
 
     load = sub.add_parser("load", parents=[common], help="load a CSV or Parquet file into a cache")
     load.add_argument("cache", metavar="CACHE_NAME")
@@ -203,6 +210,8 @@ def _ps_tasks(launcher, state) -> int:
         print(f"reason: {state.reason}")
     print(f"run folder: {state.run_dir}")
     print(f"supervisor: {where}")
+    if state.labels.get("dag_id"):
+        print("started by: Airflow " + " / ".join(state.labels.get(k, "?") for k in ("dag_id", "run_id", "task_id")))
     last = state.last_epoch
     rows = []
     for t in state.tasks:
@@ -230,6 +239,15 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_tensorboard(args, conn) -> int:
+    from ignite_tf.ui.tensorboard import logdirs, serve
+
+    folders = [t for t in args.targets if Path(t).expanduser().is_dir()]
+    store = None if len(folders) == len(args.targets) else _launcher(conn).store
+    serve(logdirs(args.targets, store), port=args.port, host=args.host)
+    return 0
 
 
 def cmd_load(args, conn) -> int:
@@ -260,7 +278,8 @@ def _age(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
-COMMANDS = {"start": cmd_start, "stop": cmd_stop, "attach": cmd_attach, "ps": cmd_ps, "load": cmd_load}
+COMMANDS = {"start": cmd_start, "stop": cmd_stop, "attach": cmd_attach, "ps": cmd_ps, "load": cmd_load,
+            "tensorboard": cmd_tensorboard}
 
 
 def main(argv: list[str] | None = None) -> int:

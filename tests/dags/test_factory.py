@@ -106,9 +106,15 @@ def test_params_have_spec_defaults_types_and_bounds(dagbag):
     dag = dagbag.dags["ignite_tf_tabular_sync"]
     assert dict(dag.params) == {"mode": "sync", "model_args": {}, "epochs": 3, "batch_size": 32,
                                 "learning_rate": 0.02, "workers": 2, "ps": 1}
-    assert dag.params.get_param("workers").schema == {"type": "integer", "minimum": 1, "maximum": 64}
-    assert dag.params.get_param("mode").schema == {"type": "string", "enum": ["sync", "async"]}
-    assert dag.params.get_param("learning_rate").schema == {"type": "number", "exclusiveMinimum": 0, "maximum": 10}
+    assert dag.params.get_param("workers").schema == {"type": "integer", "minimum": 1, "maximum": 64,
+                                                      "title": "Workers"}
+    assert dag.params.get_param("mode").schema == {"type": "string", "enum": ["sync", "async"],
+                                                   "title": "Mode (sync / async SGD)"}
+    assert dag.params.get_param("learning_rate").schema == {"type": "number", "exclusiveMinimum": 0, "maximum": 10,
+                                                            "title": "Learning rate"}
+    # The trigger form shows a Param's title and description, not its bounds: the description says them.
+    assert dag.params.get_param("workers").description.endswith("a whole number, 1 to 64")
+    assert dag.params.get_param("learning_rate").description.endswith("a number, above 0, at most 10")
     for name, bad in [("workers", 0), ("workers", "two"), ("workers", 65), ("epochs", 0), ("mode", "eventual"),
                       ("learning_rate", 0), ("batch_size", 1.5), ("ps", 0)]:
         params = copy.deepcopy(dag.params)

@@ -52,7 +52,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
                   run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, restart_policy: RestartPolicy | str | None = None,
-                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterState:
+                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
+                  labels: Mapping[str, Any] | None = None) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
@@ -62,6 +63,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     :param restart_policy: which failures are restarted (``ignite_tf.cluster.policy.RestartPolicy``; default
         ``exit-code``: signals, statuses >= 128 and the watchdog, not a task's own error).
     :param progress_timeout_s: a task silent this long after its first progress report is a failure (0: off).
+    :param labels: who started it (``dag_id``, ``run_id``, ``task_id``...), kept in the cluster state.
     :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
@@ -97,6 +99,6 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         cluster_id=cluster_id, cache=cache, mode=mode, workers=plan.workers, ps=ps, run_dir=run_dir, job=job,
         worker_hosts=plan.worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
         startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
-        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s,
+        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s, labels=labels,
     )
     return launcher.launch(spec)

@@ -127,6 +127,9 @@ class ClusterSpec:
     pass_env: list[str] = field(default_factory=list)
     """Names of the launcher's variables passed to every task through the environment only (``env`` items
     ``NAME``); their values are never written down (see ``environment.py``)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Who started the cluster, shown by ``ps`` and the Airflow page: ``dag_id``, ``run_id``, ``task_id``,
+    ``try_number``, ``map_index`` for a cluster started by ``TFClusterOperator``; empty from the CLI."""
 
     def __post_init__(self):
         self.mode = Mode(self.mode)
@@ -249,7 +252,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
                grace_period_s: float = 10.0, port_for=None,
                env: Iterable[str] | Mapping[str, str] | None = None,
                restart_policy: RestartPolicy | str | None = None,
-               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterSpec:
+               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
+               labels: Mapping[str, Any] | None = None) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
     :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
@@ -296,7 +300,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
                        shard_plan_path=shard_plan_path, max_restarts=max_restarts,
                        startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env_values,
                        pass_env=list(pass_env), restart_policy=RestartPolicy.parse(restart_policy),
-                       progress_timeout_s=float(progress_timeout_s))
+                       progress_timeout_s=float(progress_timeout_s),
+                       labels={str(k): str(v) for k, v in (labels or {}).items()})
 
 
 def _looks_like_host(value: str) -> bool:

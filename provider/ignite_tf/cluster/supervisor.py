@@ -68,6 +68,7 @@ class Supervisor:
             cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_dir,
             tasks=[TaskState(t.role.value, t.index, t.host, t.port, log=spec.log_path(t)) for t in spec.tasks],
             supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
+            labels=dict(spec.labels),
         )
         self._last_put = 0.0
         self._last_store_poll = 0.0

@@ -113,30 +113,56 @@ class GeneratorSource:
 _PARAM_HELP = {
     "epochs": "passes over the data",
     "batch_size": "rows per step per worker",
-    "learning_rate": "optimizer step size (null: the model's default)",
+    "learning_rate": "optimizer step size",
     "workers": "TensorFlow workers (one shard of the cache each)",
     "ps": "parameter servers (async mode only)",
 }
+_PARAM_TITLES = {"epochs": "Epochs", "batch_size": "Batch size", "learning_rate": "Learning rate",
+                 "workers": "Workers", "ps": "Parameter servers", "mode": "Mode (sync / async SGD)",
+                 "model_args": "Model arguments"}
 _PARAM_TYPES = {"epochs": "integer", "batch_size": "integer", "workers": "integer", "ps": "integer",
                 "learning_rate": "number"}
 
 
+def bounds_text(bounds: dict[str, Any]) -> str:
+    """``1 to 64``, ``above 0, at most 10``: the bounds in words, for the trigger form (it does not show them)."""
+    low = (f"at least {bounds['minimum']}" if "minimum" in bounds else
+           f"above {bounds['exclusiveMinimum']}" if "exclusiveMinimum" in bounds else "")
+    high = f"at most {bounds['maximum']}" if "maximum" in bounds else ""
+    if "minimum" in bounds and high:
+        return f"{bounds['minimum']} to {bounds['maximum']}"
+    return ", ".join(t for t in (low, high) if t)
+
+
 def params_for(config: PipelineConfig) -> dict[str, ParamSpec]:
-    """The run-time training settings: defaults from the spec, types and bounds from the spec schema."""
+    """The run-time training settings: defaults from the spec, types and bounds from the spec schema; a title
+    and a description (with the bounds in words) for each field of the trigger form."""
     training = config.training
     out: dict[str, ParamSpec] = {}
     if training.entry_point:
-        out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode]},
-                                "sync: all-reduce every step; async: parameter servers")
-        out["model_args"] = ParamSpec(dict(training.model_args), {"type": "object"},
-                                      "keyword arguments of the model function, e.g. {\"hidden\": 64}")
+        out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode],
+                                                      "title": _PARAM_TITLES["mode"]},
+                                "sync: all workers average gradients every step; async: parameter servers apply "
+                                "each worker's gradients as they come")
+        out["model_args"] = ParamSpec(dict(training.model_args), {"type": "object",
+                                                                  "title": _PARAM_TITLES["model_args"]},
+                                      "keyword arguments of the model function (JSON), e.g. {\"hidden\": 64}")
     for name in training.uses:
         default = getattr(training, name)
         kind: Any = _PARAM_TYPES[name]
         if default is None:
             kind = [kind, "null"]
-        out[name] = ParamSpec(default, {"type": kind, **param_bounds(name)}, _PARAM_HELP[name])
+        bounds = param_bounds(name)
+        help_text = f"{_PARAM_HELP[name]}: {_kind_text(kind)} {bounds_text(bounds)}"
+        if default is None:
+            help_text += "; empty for the default"
+        out[name] = ParamSpec(default, {"type": kind, "title": _PARAM_TITLES[name], **bounds}, help_text)
     return out
+
+
+def _kind_text(kind: Any) -> str:
+    first = kind[0] if isinstance(kind, list) else kind
+    return "a whole number," if first == "integer" else "a number,"
 
 
 def _param(name: str, params: dict[str, ParamSpec], fallback: Any) -> Any:

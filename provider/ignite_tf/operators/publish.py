@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from ignite_tf.operators.base import IgniteTFOperator, as_dict, renamed_arguments
+from ignite_tf.operators.links import ClusterPageLink, RegistryVersionLink, TensorBoardLink
 
 
 def model_asset(registry_root: str, model: str) -> Asset:
@@ -44,6 +45,7 @@ class PublishModelOperator(IgniteTFOperator):
 
     template_fields: Sequence[str] = ("registry_root", "model", "training", "validation", "partition_map",
                                       "training_params")
+    operator_extra_links = (RegistryVersionLink(), ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, registry_root: str, model: str, training: Any, thresholds: dict | None = None,
                  tolerance: float = 0.0, validation: Any = None, partition_map: Any = None,
@@ -54,6 +56,7 @@ class PublishModelOperator(IgniteTFOperator):
         self.thresholds, self.tolerance = thresholds or {}, tolerance
         self.validation, self.partition_map = validation, partition_map
         self.training_params = training_params or {}
+        self.published: dict[str, Any] | None = None  # the publish result, for the extra links
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.cluster.run_folder import RunFolder
@@ -84,6 +87,7 @@ class PublishModelOperator(IgniteTFOperator):
         )
         self.log.info("published %s %s as %s%s", self.model, result.version, result.status,
                       f" ({'; '.join(result.reasons)})" if result.reasons else "")
+        self.published = {**result.to_dict(), "cluster_id": training.get("cluster_id")}
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = {"version": result.version, "status": result.status}

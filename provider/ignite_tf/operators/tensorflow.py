@@ -16,6 +16,7 @@ from ignite_tf.defaults import (
     DEFAULT_STARTUP_DEADLINE_S,
 )
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
+from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink
 
 
 class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
@@ -60,6 +61,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
                                       "restart_policy", "env", "model_args")
+    operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
@@ -94,6 +96,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         return cluster_id_from(context["dag"].dag_id, context["run_id"], self.task_id, try_number,
                                getattr(ti, "map_index", -1))
 
+    def labels_for(self, context) -> dict[str, str]:
+        """The Airflow task behind the cluster, kept in its state (``ps``, the ignite-tf page)."""
+        ti = context["ti"]
+        return {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
+                "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1))}
+
     def job(self) -> dict[str, Any]:
         if self.command:
             return {"command": list(self.command), "job_dir": self.job_dir or "."}
@@ -119,7 +127,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
             ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
             cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
-            restart_policy=self.restart_policy or None, env=self.env, **progress,
+            restart_policy=self.restart_policy or None, env=self.env, labels=self.labels_for(context), **progress,
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
