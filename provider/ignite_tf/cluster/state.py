@@ -112,6 +112,9 @@ class ClusterState:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     # Each failure the supervisor saw: task, exit_code, signal, kind, retryable, action (restarted or why not).
     failures: list[dict[str, Any]] = field(default_factory=list)
+    # Where the tasks run beyond this machine: {} for local processes; for pods {"kind": "kubernetes",
+    # "namespace", "owner", "conn_id"}, so any process that stops the cluster can also delete its objects.
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.status = Status(self.status)

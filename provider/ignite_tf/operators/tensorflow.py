@@ -39,6 +39,11 @@ class TFClusterOperator(IgniteTFOperator):
         Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
         not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
         ``AIRFLOW_CONN_*``): see ``ignite_tf.cluster.environment``.
+    :param launcher: ``local`` (processes on the Airflow worker's machine, the default) or ``kubernetes`` (one
+        pod per task, next to the Ignite nodes holding its partitions; connection ``kubernetes_default``).
+    :param kubernetes: settings of the Kubernetes launcher (templated): namespace, image, resources,
+        service_account, node_selector, tolerations, volumes, labels, placement (see
+        ``ignite_tf.cluster.k8s.settings.KubernetesSettings``).
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
@@ -46,7 +51,7 @@ class TFClusterOperator(IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env", "model_args")
+                                      "restart_policy", "env", "model_args", "launcher", "kubernetes")
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
@@ -56,7 +61,8 @@ class TFClusterOperator(IgniteTFOperator):
                  startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
                  deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
-                 env: list[str] | dict[str, str] | None = None, **kwargs):
+                 env: list[str] | dict[str, str] | None = None, launcher: str = "local",
+                 kubernetes: dict[str, Any] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -70,6 +76,7 @@ class TFClusterOperator(IgniteTFOperator):
         self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
+        self.launcher, self.kubernetes = launcher, kubernetes
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -94,7 +101,7 @@ class TFClusterOperator(IgniteTFOperator):
         from ignite_tf.cluster.api import make_launcher, start_cluster
         from ignite_tf.plan.shards import ShardPlan
 
-        launcher = make_launcher(self.conn)
+        launcher = make_launcher(self.conn, kind=self.launcher, kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
         try_number = context["ti"].try_number
         if try_number and try_number > 1:
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))

@@ -1,0 +1,225 @@
+"""The Kubernetes launcher on the local Kubernetes, with simulated (kwok) nodes.
+
+Real in every test: the control plane (apiserver, scheduler, controller-manager and its garbage collector),
+Airflow's KubernetesHook that the launcher and its pod supervisor use, the session's 2 Ignite nodes (the
+partition map, the shard plan, the cluster state store), the pod supervisor process. Simulated: what runs in
+a pod on a kwok node — nothing runs; a pod stays Running until the test sets its exit code through an
+annotation (0, 1, 137 with reason OOMKilled), as k8s/kwok/pod-exit.yaml plays it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from ignite_tf.cli import main as cli_main
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.state import ExitCode, Status
+from ignite_tf.dev.k8s import cluster as local_k8s
+from ignite_tf.plan.shards import ShardPlan
+from tests.k8slaunch import (
+    assert_nothing_left,
+    cluster_pods,
+    end_pod,
+    simulated_settings,
+    start,
+    use_local_k8s,
+    wait_final,
+    wait_running,
+)
+from tests.k8sutil import wait_for
+from tests.sqldata import create_table
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+
+SIMULATED = ["sim-0", "sim-1", "sim-2"]
+
+
+@pytest.fixture(scope="module")
+def k8s_cache(ignite_conn):
+    client = ignite_conn.client()
+    try:
+        create_table(client, "k8s_launcher", range(600))
+    finally:
+        client.close()
+    return "k8s_launcher"
+
+
+@pytest.fixture
+def kube(k8s_cluster, k8s_namespace, monkeypatch):
+    use_local_k8s(monkeypatch, k8s_cluster)
+    return k8s_cluster.core, k8s_namespace
+
+
+def _ignite_pods(core, ns, conn, cache) -> dict[str, str]:
+    """Stand-ins for Ignite's pods: one simulated pod per Ignite node, named by its consistent id, placed by
+    the real scheduler on a chosen simulated node. Returns consistent id -> Kubernetes node."""
+    from ignite_tf.plan.partitions import PartitionMap
+
+    pm = PartitionMap.discover(conn, cache)
+    ids = sorted(n.consistent_id for n in pm.nodes.values())
+    where = dict(zip(ids, ["sim-2", "sim-0"], strict=False))
+    for cid, node in where.items():
+        core.create_namespaced_pod(ns, {"metadata": {"name": cid, "labels": {"app": "ignite"}}, "spec": {
+            "nodeSelector": {local_k8s.HOST_LABEL: node},
+            "containers": [{"name": "ignite", "image": "simulated/ignite:2.17"}]}})
+    wait_for(lambda: all(core.read_namespaced_pod(c, ns).spec.node_name for c in where), 60, "Ignite pods placed")
+    return where
+
+
+def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real scheduler on simulated nodes: each worker lands on the Kubernetes node of the Ignite pod that holds
+    its partitions (placement: required); the shard plan records 100% locality and the chief's output prints
+    it. Also checked on the real objects: one headless Service, pods owned by the ConfigMap, TF_CONFIG from
+    the Service's DNS names, the Ignite login in a Secret (not in the pod spec), a computed memory request."""
+    core, ns = kube
+    where = _ignite_pods(core, ns, ignite_conn, k8s_cache)
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(
+        ns, placement="required", ignite_selector="app=ignite", resources={}))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        plan = ShardPlan.load(f"{state.run_dir}/shard_plan.json")
+        for i in range(2):
+            assert pods[f"worker-{i}"].spec.node_name == where[plan.worker_hosts[i]]
+        wait_for(lambda: ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement, 60, "placement recorded")
+        placed = ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement
+        assert placed["locality"] == 1.0 and placed["local_workers"] == 2
+        svc = core.read_namespaced_service(objects.service_name(cid), ns)
+        assert svc.spec.cluster_ip == "None"
+        pod = pods["worker-1"]
+        assert pod.metadata.owner_references[0].kind == "ConfigMap" and pod.metadata.owner_references[0].name == cid
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config["cluster"]["worker"][1] == f"worker-1.{svc.metadata.name}.{ns}.svc:2222"
+        assert "IGNITE_TF_ADDRESSES" not in env and pod.spec.containers[0].env_from[0].secret_ref.name
+        memory = pod.spec.containers[0].resources.requests["memory"]
+        assert memory == pod.spec.containers[0].resources.limits["memory"] and memory.endswith("Mi")
+        for p in pods.values():
+            end_pod(core, ns, p, 0)
+        final = wait_final(launcher, cid)
+        assert final.status is Status.SUCCEEDED, final.reason
+        out = launcher.output(cid)[0]
+        assert "memory estimate per task" in out and "100.0% of rows read locally" in out
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_restart_scope_follows_the_mode(kube, ignite_conn, k8s_cache, tmp_path, mode):
+    """Simulated exit 137 of worker-1 (retryable): sync replaces every pod, async replaces worker-1 alone;
+    then simulated exit 0 ends the cluster as succeeded (async: the chief's exit; the ps is stopped) and
+    nothing of it is left. Real: the supervisor's decisions on the apiserver's pod statuses."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns), mode=mode, ps=1)
+    cid = state.cluster_id
+    tasks = ["worker-0", "worker-1"] + (["chief-0", "ps-0"] if mode == "async" else [])
+    try:
+        before = wait_running(core, ns, cid, tasks, attempt=0)
+        end_pod(core, ns, before["worker-1"], 137)
+        after = wait_running(core, ns, cid, ["worker-1"], attempt=1)
+        others = [t for t in tasks if t != "worker-1"]
+        if mode == "sync":
+            after = wait_running(core, ns, cid, tasks, attempt=1)
+        else:
+            assert all(after[t].metadata.name == before[t].metadata.name for t in others)
+        state = launcher.status(cid)
+        assert state.restarts == 1 and "137" in state.failures[0]["detail"] + str(state.failures[0]["exit_code"])
+        for t in (["chief-0"] if mode == "async" else tasks):
+            end_pod(core, ns, after[t], 0)
+        final = wait_final(launcher, cid)
+        assert final.status is Status.SUCCEEDED, final.reason
+        assert final.failures[0]["action"] == ("restarted worker-1 alone" if mode == "async"
+                                                else "restarted the cluster")
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, k8s_cache, tmp_path):
+    """Simulated exit 1 (the task's own error) under the exit-code policy ends the cluster at once (exit 1);
+    simulated OOMKilled (137) with no restarts left ends it naming OOMKilled, the limit and the estimate."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        end_pod(core, ns, pods["worker-0"], 1)
+        final = wait_final(launcher, cid)
+    finally:
+        launcher.stop(cid)
+    assert final.exit_code == ExitCode.USER_CODE_FAILED and final.restarts == 0
+    assert "worker-0 exited with status 1" in final.reason and "not retryable" in final.reason
+    assert_nothing_left(core, ns, cid)
+
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns, resources={}), max_restarts=0,
+                            cluster_id="oom-" + cid[-6:])
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        end_pod(core, ns, pods["worker-1"], 137)
+        final = wait_final(launcher, cid)
+    finally:
+        launcher.stop(cid)
+    assert final.exit_code == ExitCode.RESTARTS_EXHAUSTED
+    assert "OOMKilled at its memory limit" in final.reason and "estimate" in final.reason, final.reason
+    assert_nothing_left(core, ns, cid)
+
+
+def test_deleted_pod_is_restarted(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real: a user deletes worker-0's pod through the apiserver; the supervisor treats it as a lost task
+    (retryable) and restarts the cluster. Simulated: the pods' running and exit."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
+        core.delete_namespaced_pod(pods["worker-0"].metadata.name, ns, grace_period_seconds=0)
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=1)
+        assert "deleted" in launcher.status(cid).failures[0]["detail"]
+        for p in pods.values():
+            end_pod(core, ns, p, 0)
+        assert wait_final(launcher, cid).status is Status.SUCCEEDED
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+def test_unschedulable_pod_ends_in_the_startup_deadline(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real scheduler: a pod whose node selector matches no node stays Pending; the start-up deadline ends
+    the cluster (exit 3) with the scheduler's reason in the message, and nothing is left."""
+    core, ns = kube
+    settings = simulated_settings(ns, node_selector={local_k8s.HOST_LABEL: "no-such-node"})
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, settings, startup_deadline_s=8)
+    final = wait_final(launcher, state.cluster_id)
+    assert final.exit_code == ExitCode.STARTUP_DEADLINE
+    assert "Unschedulable" in final.reason and "didn't match Pod's node affinity/selector" in final.reason, final.reason
+    assert_nothing_left(core, ns, state.cluster_id)
+
+
+def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, k8s_cache, tmp_path, capsys, monkeypatch):
+    """Real: `ignite-tf stop` stops a running cluster (the supervisor deletes the pods with their grace period,
+    then the owner); deleting the owner ConfigMap by hand makes the garbage collector delete the rest and the
+    supervisor stop; a supervisor killed with SIGKILL leaves pods that `stop` then deletes itself."""
+    core, ns = kube
+    monkeypatch.setenv("IGNITE_TF_ADDRESSES", ignite_conn.addresses_str)
+    for how in ("cli-stop", "delete-owner", "supervisor-killed"):
+        launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns),
+                                cluster_id=f"{how}-{os.getpid()}")
+        cid = state.cluster_id
+        wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        if how == "cli-stop":
+            assert cli_main(["stop", cid]) == 0
+            assert f"{cid} stopped" in capsys.readouterr().out
+        elif how == "delete-owner":
+            objects.delete_owner(core, ns, cid)
+            assert wait_final(launcher, cid).status is Status.STOPPED
+        else:
+            os.kill(launcher.status(cid).supervisor_pid, signal.SIGKILL)
+            assert launcher.stop(cid).status is Status.STOPPED
+        assert_nothing_left(core, ns, cid, timeout=30)
+        assert not cluster_pods(core, ns, cid, live_only=False)
