@@ -223,3 +223,76 @@ def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, k8s_cache,
             assert launcher.stop(cid).status is Status.STOPPED
         assert_nothing_left(core, ns, cid, timeout=30)
         assert not cluster_pods(core, ns, cid, live_only=False)
+
+
+def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, monkeypatch, tmp_path):
+    """Real: TFClusterOperator(launcher="kubernetes") starts the cluster through Airflow's KubernetesHook;
+    the deferred task's trigger ``on_kill`` (a user marks the task failed) and the operator's own
+    ``on_kill`` (the worker kills a task that was not deferred) each stop it, and nothing of it is left.
+    Stand-ins: the task context (a dict with the try number and an XCom store) instead of a scheduler."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+    from tests.airflowutil import TaskContext, ignite_connection_env, migrate_db
+
+    core, ns = kube
+    migrate_db()
+    for key, value in ignite_connection_env(ignite_conn).items():
+        monkeypatch.setenv(key, value)
+    dag = SimpleNamespace(dag_id=f"k8s_kill_{os.getpid()}")
+    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
+    (tmp_path / "job").mkdir()
+
+    def operator(**kw):
+        return TFClusterOperator(task_id="train", cache=k8s_cache, command=["python", "train.py"],
+                                 job_dir=str(tmp_path / "job"),
+                                 workers=2, launcher="kubernetes", kubernetes=simulated_settings(ns),
+                                 poll_interval=0.5, **kw)
+
+    op = operator()
+    context = TaskContext(dag, "manual__deferred")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    cid = context["ti"].xcoms["cluster_id"]
+    wait_running(core, ns, cid, ["worker-0", "worker-1"])
+    asyncio.run(deferred.value.trigger.on_kill())
+    assert_nothing_left(core, ns, cid, timeout=30)
+
+    op2 = operator(deferrable=False)
+    context2 = TaskContext(dag, "manual__not_deferred")
+    runner = threading.Thread(target=lambda: _swallow(op2.execute, context2), daemon=True)
+    runner.start()
+    cid2 = wait_for(lambda: context2["ti"].xcoms.get("cluster_id"), 120, "cluster id")
+    wait_running(core, ns, cid2, ["worker-0", "worker-1"])
+    op2.on_kill()
+    runner.join(timeout=60)
+    assert_nothing_left(core, ns, cid2, timeout=30)
+
+
+def _swallow(fn, *args):
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - the killed task's own failure is expected here
+        pass
+
+
+def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_namespace):
+    """Real: the apiserver validates docker/k8s/*.yaml (Ignite StatefulSet and Services, the launcher's RBAC)
+    with a server-side dry run; and the example settings parse as KubernetesSettings."""
+    from pathlib import Path
+
+    import yaml
+    from kubernetes import utils
+
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+
+    folder = Path(__file__).resolve().parents[2] / "docker" / "k8s"
+    for name in ("ignite.yaml", "launcher-rbac.yaml"):
+        docs = [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
+        utils.create_from_yaml(k8s_cluster.api, yaml_objects=docs, namespace=k8s_namespace, dry_run="All")
+    settings = KubernetesSettings.parse(yaml.safe_load((folder / "training.yaml").read_text()))
+    assert settings.ignite_selector == "app=ignite"

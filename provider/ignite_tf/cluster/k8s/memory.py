@@ -4,7 +4,8 @@
                + batch buffers (prefetched batches) + reader buffers (pages decoded into NumPy), then headroom
 
 The baseline was measured on this project's machine: a tf_keras task (TF 2.21, the Keras 2 API) that has
-imported TensorFlow and fitted a small model peaks at about 674 MiB RSS (``TF_BASELINE_MIB`` rounds up).
+imported TensorFlow and fitted a small model in one process peaks at 674 MiB RSS; ``TF_BASELINE_MIB`` adds
+room for a distributed task's gRPC server and the partition reader's client.
 Parameters come from ``kubernetes.model_params``, or from the entry point's ``parameters(**kwargs)``
 attribute when it has one (``ignite_tf.models:tabular_classifier`` does); a model of unknown size counts 0,
 which the printed estimate says.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-TF_BASELINE_MIB = 700
+TF_BASELINE_MIB = 800
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "adagrad": 1, "sgd": 1, "momentum": 1}
 PREFETCHED_BATCHES = 4  # tf.data's AUTOTUNE prefetch and the batch being trained on
 READER_PAGE_ROWS = 1024  # rows of one decoded page (ignite_tf.reader) ...

@@ -37,6 +37,7 @@ LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
 JOB_DIR_ENV = "IGNITE_TF_JOB_DIR"
 OWNER_CHECK_S = 2.0
+STORE_ENV = ("IGNITE_TF_STATE_STORE", "IGNITE_TF_CLUSTER_STATE")
 
 
 def pod_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
@@ -217,6 +218,8 @@ class PodSupervisor(Supervisor):
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.unlink(missing_ok=True)
         env = self.spec.task_env(task, self.attempt)
+        # The runtime reports epochs to the same state store (its connection comes from the Secret).
+        env.update({k: os.environ[k] for k in STORE_ENV if k in os.environ})
         if self.spec.job.get("job_dir"):
             env[JOB_DIR_ENV] = self.spec.job["job_dir"]
         node = None
