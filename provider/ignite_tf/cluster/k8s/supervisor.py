@@ -166,6 +166,9 @@ class PodSupervisor(Supervisor):
         self.pods = {p.metadata.name: p for p in pods}
         for task in self.spec.tasks:
             pod = self.pods.get(self.current.get(task.name, ""))
+            gone = pod is None or (pod.metadata.deletion_timestamp and pod.metadata.name not in self.ours_deleted)
+            if gone and task.name in self.current:
+                self._owner_checked = 0.0  # a pod deleted behind our back: first see whether the owner went
             if pod is None:
                 continue
             if pod.spec.node_name:
