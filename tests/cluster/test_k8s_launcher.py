@@ -127,8 +127,8 @@ def test_restart_scope_follows_the_mode(kube, ignite_conn, k8s_cache, tmp_path, 
             after = wait_running(core, ns, cid, tasks, attempt=1)
         else:
             assert all(after[t].metadata.name == before[t].metadata.name for t in others)
-        state = launcher.status(cid)
-        assert state.restarts == 1 and "137" in state.failures[0]["detail"] + str(state.failures[0]["exit_code"])
+        state = wait_for(lambda: launcher.status(cid).failures and launcher.status(cid), 30, "the failure recorded")
+        assert state.restarts == 1 and state.failures[0]["exit_code"] == 137
         for t in (["chief-0"] if mode == "async" else tasks):
             end_pod(core, ns, after[t], 0)
         final = wait_final(launcher, cid)
@@ -180,7 +180,8 @@ def test_deleted_pod_is_restarted(kube, ignite_conn, k8s_cache, tmp_path):
         pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
         core.delete_namespaced_pod(pods["worker-0"].metadata.name, ns, grace_period_seconds=0)
         pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=1)
-        assert "deleted" in launcher.status(cid).failures[0]["detail"]
+        state = wait_for(lambda: launcher.status(cid).failures and launcher.status(cid), 30, "the failure recorded")
+        assert "deleted" in state.failures[0]["detail"]
         for p in pods.values():
             end_pod(core, ns, p, 0)
         assert wait_final(launcher, cid).status is Status.SUCCEEDED

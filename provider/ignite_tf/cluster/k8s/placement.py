@@ -35,13 +35,19 @@ def ignite_node_hosts(core, nodes: list, settings: KubernetesSettings, namespace
         return out
     k8s_nodes = core.list_node().items
     for node in nodes:
+        # A loopback address names no machine (simulated nodes all report 127.0.0.1): match by id only.
+        host = None if _loopback(node.host) else node.host
         for kn in k8s_nodes:
             names = {kn.metadata.name, (kn.metadata.labels or {}).get(HOST_LABEL)}
-            names |= {a.address for a in (kn.status.addresses or [])}
-            if node.consistent_id in names or node.host in names:
+            names |= {a.address for a in (kn.status.addresses or []) if not _loopback(a.address)}
+            if node.consistent_id in names or (host is not None and host in names):
                 out[node.consistent_id] = kn.metadata.name
                 break
     return out
+
+
+def _loopback(address: str | None) -> bool:
+    return not address or address.startswith("127.") or address in ("::1", "localhost")
 
 
 def wanted_nodes(plan, hosts: dict[str, str]) -> list[str | None]:
