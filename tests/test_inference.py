@@ -11,8 +11,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from ignite_tf import demo_data, etl
+from ignite_tf import demo_data
 from ignite_tf.errors import ConfigError
+from ignite_tf.etl import load as etl
 from ignite_tf.inference import postprocess, predict_shard
 from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError

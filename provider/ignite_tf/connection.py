@@ -63,6 +63,16 @@ def quiet_pyignite():
         logger.propagate = propagate
 
 
+def sql(client, query: str, args: list | tuple | None = None, *, names: bool = False) -> list[list]:
+    """The rows of one SQL query on a pyignite ``client``, as lists, the cursor closed.
+
+    :param args: the query's ``?`` arguments.
+    :param names: the first row is the column names.
+    """
+    with client.sql(query, query_args=list(args) if args else None, include_field_names=names) as cursor:
+        return [list(row) for row in cursor]
+
+
 def parse_addresses(value: str | list | tuple, *, source: str = "addresses") -> tuple[tuple[str, int], ...]:
     """``"h1:10800,h2:10801"`` (or a list of such strings or (host, port) pairs) -> ((host, port), ...)."""
     items = value.replace(";", ",").split(",") if isinstance(value, str) else list(value)

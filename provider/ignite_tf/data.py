@@ -34,7 +34,6 @@ the reader keeps scans of the next partitions in flight meanwhile. Memory stays 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,13 +75,9 @@ def worker_index(input_context=None) -> int:
     """This process's worker index: InputContext, then TF_CONFIG's worker task, else 0."""
     if input_context is not None:
         return int(input_context.input_pipeline_id)
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        return 0
-    try:
-        task = json.loads(raw).get("task", {})
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+    from ignite_tf.cluster.spec import read_tf_config
+
+    task = read_tf_config().get("task") or {}
     if task.get("type") == "worker":
         return int(task.get("index", 0))
     return 0
@@ -201,7 +196,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                               f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
                               f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
                               f"fewer workers, or pass drop_remainder=False")
-    names, label_name, dtypes, layout = _columns(plan, conn, label, features, include_key)
+    names, label_name, dtypes, layout = cache_columns(plan, conn, label, features, include_key)
     read_columns = names + ([label_name] if label_name else [])
 
     key = plan.partition_map.key_column
@@ -270,7 +265,9 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     return conn
 
 
-def _columns(plan: ShardPlan, conn, label, features, include_key):
+def cache_columns(plan: ShardPlan, conn, label: str | None, features: list[str] | None, include_key: bool = False):
+    """(feature names, label name, {column: dtype}, reader layout) of the plan's cache (see ``feature_columns``)."""
+    from ignite_tf.reader.layout import feature_columns
     from ignite_tf.reader.partition import PartitionReader
 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
@@ -279,14 +276,8 @@ def _columns(plan: ShardPlan, conn, label, features, include_key):
     if label_name and label_name not in dtypes:
         raise ConfigError(f"label {label!r} is not a column of cache '{plan.partition_map.cache}' "
                           f"(columns: {', '.join(dtypes)})")
-    if features:
-        names = [f.lower() for f in features]
-        unknown = [f for f in names if f not in dtypes]
-        if unknown:
-            raise ConfigError(f"feature column(s) {unknown} not in cache '{plan.partition_map.cache}' "
-                              f"(columns: {', '.join(dtypes)})")
-    else:
-        names = [n for n in dtypes if n != label_name and (include_key or n != key_column)]
+    names = feature_columns(dtypes, plan.partition_map.cache, key=key_column, label=label_name, features=features,
+                            include_key=include_key)
     return names, label_name, dtypes, layout
 
 

@@ -36,3 +36,39 @@ class LoadError(IgniteTFError, ValueError):
 
 class TopologyChangedError(IgniteTFError):
     """A PartitionMap no longer matches the running cluster (a node left or joined)."""
+
+
+class DecodeError(IgniteTFError):
+    """A scan page did not have the layout the partition reader expected (unsupported type, mixed value types...)."""
+
+
+class ValidationFailed(IgniteTFError):
+    """The data did not meet its suite; ``summary`` is the full ``ignite_tf.validation.results.ValidationSummary``."""
+
+    def __init__(self, message: str, summary):
+        super().__init__(message)
+        self.summary = summary
+
+
+class VersionNotFoundError(IgniteTFError, LookupError):
+    """The model or version asked for is not in the registry (or is not complete)."""
+
+
+class SpecError(ConfigError):
+    """A pipeline spec is invalid. ``problems`` holds ``(field path, message)`` pairs; ``field`` the first."""
+
+    def __init__(self, file, problems: list[tuple[str, str]]):
+        self.file = str(file) if file is not None else None
+        self.problems = list(problems)
+        self.field = self.problems[0][0] if self.problems else ""
+        where = self.file or "pipeline spec"
+        if len(self.problems) == 1:
+            text = f"{where}: {self.problems[0][0]}: {self.problems[0][1]}"
+        else:
+            text = f"{where}: {len(self.problems)} problems:\n" + "\n".join(f"  {f}: {m}" for f, m in self.problems)
+        super().__init__(text)
+
+    def within(self, file=None, prefix: str = "") -> SpecError:
+        """The same problems, under ``prefix`` (a section) and in ``file``."""
+        problems = [(f"{prefix}.{f}" if prefix and f else prefix or f, m) for f, m in self.problems]
+        return SpecError(file if file is not None else self.file, problems)

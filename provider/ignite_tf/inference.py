@@ -21,6 +21,7 @@ import pandas as pd
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
+from ignite_tf.reader.layout import feature_columns
 from ignite_tf.reader.partition import PartitionReader, ReadTask
 
 KINDS = ("classifier", "regressor")
@@ -143,20 +144,6 @@ def postprocess(out: np.ndarray, kind: str | None) -> tuple[str, np.ndarray, np.
     return kind, probs.argmax(axis=1).astype(np.int32), probs.max(axis=1).astype(np.float32)
 
 
-def _features(features: list[str] | None, params: dict, schema: dict, key: str, cache: str) -> list[str]:
-    if features is None:
-        features = params.get("features")
-    if features is None:
-        label = str(params.get("label") or "label").lower()
-        features = [c for c, d in schema.items() if c not in (key, label) and np.dtype(d).kind in "fiub"]
-    features = [str(f).lower() for f in features]
-    missing = [f for f in features if f not in schema]
-    if missing or not features:
-        raise ConfigError(f"feature(s) {missing or '(none)'} not in cache {cache!r} (columns: {list(schema)}); "
-                          f"pass features= naming columns of the input cache")
-    return features
-
-
 def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, version: str | None = None,
                   input_cache: str, output_cache: str, tasks, features: list[str] | None = None,
                   batch_size: int = 1024, kind: str | None = None, with_score: bool = True,
@@ -186,77 +173,127 @@ def predict_shard(conn: IgniteConnectionConfig, *, registry_root, model: str, ve
     :param storage_options: fsspec options for a URL ``registry_root``.
     :raises ConfigError: unknown model/version, features or kind, or output_cache == input_cache.
     """
-    from ignite_tf.etl.load import load
-    from ignite_tf.registry.publish import ModelRegistry
-
     started = time.monotonic()
-    if output_cache.lower() == input_cache.lower():
-        raise ConfigError(f"output_cache {output_cache!r} is the input cache: write predictions to another cache")
-    if batch_size < 1 or write_rows < 1:
-        raise ConfigError(f"batch_size and write_rows must be >= 1 (got {batch_size}, {write_rows})")
+    _check(input_cache, output_cache, batch_size, write_rows)
     tasks = [ReadTask.coerce(t) for t in tasks]
-    registry = ModelRegistry(registry_root, storage_options=storage_options)
-    version = version or registry.production(model)
-    path = registry.fetch(model, version, cache_dir=model_cache_dir)  # raises when there is no such version
-    params = registry.metadata(model, version).get("params", {})
+    path, version, params = _resolve_model(registry_root, model, version, model_cache_dir, storage_options)
     kind = kind or params.get("task")
     if kind is not None and kind not in KINDS:
         raise ConfigError(f"kind must be one of {KINDS} (got {kind!r})")
     report = InferenceReport(model=model, version=version, input_cache=input_cache, output_cache=output_cache,
                              partitions=sorted({t.partition for t in tasks}), tasks=len(tasks))
-    routes = {}
-    if partition_map is not None:
-        from ignite_tf.plan.partitions import PartitionMap
-
-        pm = partition_map if isinstance(partition_map, PartitionMap) else PartitionMap.from_dict(partition_map)
-        routes = {"primaries": pm.primary_addresses(), "backups": pm.backup_addresses()}
-    with PartitionReader(conn, input_cache, batch_size=batch_size, **routes) as probe:
-        schema, key = dict(probe.schema), probe.key_column
-    report.key_column = key
-    report.features = _features(features, params, schema, key, input_cache)
+    routes = _routes(partition_map)
+    report.key_column, report.features = _columns(conn, input_cache, batch_size, routes, params, features)
     loaded = time.monotonic()
     predictor = Predictor(path, report.features)
     report.model_load_seconds = round(time.monotonic() - loaded, 3)
-
-    pending: list[pd.DataFrame] = []
-    client = conn.client()
-
-    def flush():
+    with PredictionWriter(conn, output_cache, report, write_rows) as writer, \
+            PartitionReader(conn, input_cache, columns=report.features, batch_size=batch_size, **routes) as reader:
         began = time.monotonic()
-        frame = pd.concat(pending, ignore_index=True)
-        pending.clear()
-        load(conn, output_cache, frame, key=key, client=client)
-        report.rows_written += len(frame)
-        report.writes += 1
-        report.write_seconds += time.monotonic() - began
-
-    try:
-        with PartitionReader(conn, input_cache, columns=report.features, batch_size=batch_size, **routes) as reader:
+        for batch in reader.batches(tasks):
+            scoring = time.monotonic()
+            report.read_seconds += scoring - began
+            frame = _score(batch, predictor, kind, with_score, report)
+            report.predict_seconds += time.monotonic() - scoring
+            writer.add(frame)
             began = time.monotonic()
-            for batch in reader.batches(tasks):
-                scoring = time.monotonic()
-                report.read_seconds += scoring - began
-                x = np.column_stack([np.ma.filled(np.ma.asarray(batch[f]).astype(np.float32), np.nan)
-                                     for f in report.features])
-                report.rows_with_nan += int(np.isnan(x).any(axis=1).sum())
-                report.kind, pred, score = postprocess(predictor(x), kind)
-                out = {key: np.asarray(batch[key], dtype=np.int64), "prediction": pred}
-                if score is not None and with_score:
-                    out["score"] = score
-                pending.append(pd.DataFrame(out))
-                report.rows_scored += len(pred)
-                report.batches += 1
-                report.predict_seconds += time.monotonic() - scoring
-                if sum(len(p) for p in pending) >= write_rows:
-                    flush()
-                began = time.monotonic()
-        if pending:
-            flush()
-    finally:
-        client.close()
+    return _finish(report, kind, started)
+
+
+def _check(input_cache: str, output_cache: str, batch_size: int, write_rows: int) -> None:
+    if output_cache.lower() == input_cache.lower():
+        raise ConfigError(f"output_cache {output_cache!r} is the input cache: write predictions to another cache")
+    if batch_size < 1 or write_rows < 1:
+        raise ConfigError(f"batch_size and write_rows must be >= 1 (got {batch_size}, {write_rows})")
+
+
+def _resolve_model(registry_root, model: str, version: str | None, cache_dir: str | None,
+                   storage_options: dict | None) -> tuple[str, str, dict]:
+    """(local SavedModel path, version, training params) of ``model`` (default: its production version)."""
+    from ignite_tf.registry.publish import ModelRegistry
+
+    registry = ModelRegistry(registry_root, storage_options=storage_options)
+    version = version or registry.production(model)
+    path = registry.fetch(model, version, cache_dir=cache_dir)  # raises when there is no such version
+    return path, version, registry.metadata(model, version).get("params", {})
+
+
+def _routes(partition_map) -> dict:
+    """The reader's routes from a PartitionMap (or its dict); none: the reader asks the cluster."""
+    if partition_map is None:
+        return {}
+    from ignite_tf.plan.partitions import PartitionMap
+
+    pm = partition_map if isinstance(partition_map, PartitionMap) else PartitionMap.from_dict(partition_map)
+    return {"primaries": pm.primary_addresses(), "backups": pm.backup_addresses()}
+
+
+def _columns(conn, cache: str, batch_size: int, routes: dict, params: dict,
+             features: list[str] | None) -> tuple[str, list[str]]:
+    """(key column, feature columns) of the input: ``features``, else the model's recorded ones, else numeric."""
+    with PartitionReader(conn, cache, batch_size=batch_size, **routes) as probe:
+        schema, key = dict(probe.schema), probe.key_column
+    label = str(params.get("label") or "label").lower()
+    return key, feature_columns(schema, cache, key=key, label=label, numeric=True,
+                                features=params.get("features") if features is None else features)
+
+
+def _score(batch: dict, predictor: Predictor, kind: str | None, with_score: bool,
+           report: InferenceReport) -> pd.DataFrame:
+    """One read batch's predictions as the output rows (key, prediction[, score])."""
+    x = np.column_stack([np.ma.filled(np.ma.asarray(batch[f]).astype(np.float32), np.nan) for f in report.features])
+    report.rows_with_nan += int(np.isnan(x).any(axis=1).sum())
+    report.kind, pred, score = postprocess(predictor(x), kind)
+    out = {report.key_column: np.asarray(batch[report.key_column], dtype=np.int64), "prediction": pred}
+    if score is not None and with_score:
+        out["score"] = score
+    report.rows_scored += len(pred)
+    report.batches += 1
+    return pd.DataFrame(out)
+
+
+def _finish(report: InferenceReport, kind: str | None, started: float) -> InferenceReport:
     report.kind = report.kind or kind or ""
     for name in ("read_seconds", "predict_seconds", "write_seconds"):
         setattr(report, name, round(getattr(report, name), 3))
     report.seconds = round(time.monotonic() - started, 3)
     report.rows_per_second = round(report.rows_scored / max(report.seconds, 1e-9), 1)
     return report
+
+
+class PredictionWriter:
+    """Predictions buffered and written to ``output_cache`` with ``load`` once ``write_rows`` are pending
+    (and at the end of a shard that finished), over one client; counts go to ``report``."""
+
+    def __init__(self, conn: IgniteConnectionConfig, output_cache: str, report: InferenceReport, write_rows: int):
+        self.conn, self.output_cache, self.report, self.write_rows = conn, output_cache, report, write_rows
+        self.pending: list[pd.DataFrame] = []
+        self.client = conn.client()
+
+    def add(self, frame: pd.DataFrame) -> None:
+        self.pending.append(frame)
+        if sum(len(p) for p in self.pending) >= self.write_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        from ignite_tf.etl.load import load
+
+        if not self.pending:
+            return
+        began = time.monotonic()
+        frame = pd.concat(self.pending, ignore_index=True)
+        self.pending.clear()
+        load(self.conn, self.output_cache, frame, key=self.report.key_column, client=self.client)
+        self.report.rows_written += len(frame)
+        self.report.writes += 1
+        self.report.write_seconds += time.monotonic() - began
+
+    def __enter__(self) -> PredictionWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.flush()
+        finally:
+            self.client.close()

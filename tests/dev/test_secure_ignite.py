@@ -161,7 +161,7 @@ def secure_airflow(secure_conn, secure_ignite_cluster, tmp_path_factory):
 DAG_TEST = """
 import json, sys
 from pathlib import Path
-from tests.test_airflow_operators import load_dag
+from tests.operators.test_operators import load_dag
 run = load_dag(Path(sys.argv[1])).test(run_conf=json.loads(sys.argv[2]))
 print("DAG TEST RESULT", json.dumps([run.run_id, run.state]))
 """
@@ -174,7 +174,7 @@ def dag_run(secure_airflow, sampler):
     ``dag.test()`` runs every task in its own process and logs to that process's output: it runs in a
     subprocess here so that the whole task log lands in ``dag-test.log``. Returns the XCom values.
     """
-    from tests.test_airflow_operators import xcoms
+    from tests.operators.test_operators import xcoms
 
     dag_file = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "tabular_handwritten.py"
     conf = {"epochs": 2, "workers": 2, "batch_size": 32, "learning_rate": 0.02}

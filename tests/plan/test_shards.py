@@ -7,7 +7,8 @@ import pytest
 
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import NodeInfo, PartitionMap
-from ignite_tf.plan.shards import HASH_SPACE, ShardPlan
+from ignite_tf.plan.shards import HASH_SPACE, ShardPlan, next_to_nodes
+from ignite_tf.plan.tasks import ReadTask
 
 
 def make_map(rows: list[int], hosts=("h0", "h1"), seed: int | None = 1) -> PartitionMap:
@@ -101,3 +102,16 @@ def test_bad_inputs():
         ShardPlan.build(make_map([5, 5]), 3)
     with pytest.raises(ConfigError, match="2 entries for 3 workers"):
         ShardPlan.build(make_map([5, 5, 5]), 3, worker_hosts=["a", "b"])
+
+
+def test_slices_are_read_tasks_and_workers_go_next_to_nodes_in_turn():
+    pm = make_map([100] * 8, hosts=("h0", "h1", "h2"))
+    assert next_to_nodes(pm, 5) == ["node-0", "node-1", "node-2", "node-0", "node-1"]
+    plan = ShardPlan.build(pm, 3, worker_hosts=next_to_nodes(pm, 3), reshuffle="none")
+    shard = plan.shard(0)
+    assert all(isinstance(s, ReadTask) and s.rows == 100 for s in shard.slices)
+    assert shard.read_tasks() == shard.slices and shard.rows == 100 * len(shard.slices)
+    # Planned rows travel with a task but do not change which rows it reads.
+    task = shard.slices[0]
+    assert ReadTask.from_dict(task.to_dict()) == task == ReadTask(task.partition)
+    assert ReadTask.from_dict(task.to_dict()).rows == 100 and "rows" not in ReadTask(3).to_dict()

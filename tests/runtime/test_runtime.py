@@ -377,7 +377,7 @@ def test_async_chief_two_workers_one_ps_each_worker_reads_its_own_feed(tabular, 
     state, cid, probe = tmp_path / "state", "rt-async", tmp_path / "probe.json"
     spec = build_spec(cluster_id=cid, cache=tabular.cache, mode="async", workers=2, ps=1, run_dir=tmp_path / "run",
                       job={}, shard_plan_path=tabular.plan_path)
-    command = runtime_command("tests.test_runtime:probe_model", "--epochs", "3", "--batch-size", "32")
+    command = runtime_command("tests.runtime.test_runtime:probe_model", "--epochs", "3", "--batch-size", "32")
     started = time.monotonic()
     with LocalTasks(spec, ignite_conn, state, command, {"PROBE_OUT": str(probe)}) as tasks:
         tasks.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -12,13 +11,12 @@ from typing import Any
 from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LocalLauncher
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
+from ignite_tf.cluster.run_folder import RunFolder, default_run_root
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
 from ignite_tf.errors import ConfigError
 
-
-def default_run_root() -> Path:
-    return Path(os.environ.get("IGNITE_TF_RUN_ROOT", Path.home() / ".cache" / "ignite-tf" / "runs"))
+__all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 
 
 LAUNCHERS = ("local", "kubernetes")
@@ -50,12 +48,12 @@ def release_remote(state: ClusterState) -> None:
 
 
 def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
-    """A folder is used in place; a zip is unpacked into the run directory."""
+    """A folder is used in place; a zip is unpacked into the run folder's ``job/``."""
     path = Path(job_dir).expanduser().resolve()
     if path.is_dir():
         return str(path)
     if path.is_file() and zipfile.is_zipfile(path):
-        target = run_dir / "job"
+        target = RunFolder(run_dir).job
         shutil.rmtree(target, ignore_errors=True)
         with zipfile.ZipFile(path) as zf:
             for member in zf.namelist():
@@ -87,7 +85,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
     from ignite_tf.plan.partitions import PartitionMap
-    from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.plan.shards import ShardPlan, next_to_nodes
 
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
@@ -99,17 +97,17 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     existing = launcher.find(cluster_id)
     if existing is not None and launcher.is_alive(existing):
         return existing
-    run_dir = Path(run_root or default_run_root()) / cluster_id
+    folder = RunFolder.of(cluster_id, run_root)
+    run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
     if plan is None:
         pm = PartitionMap.discover(conn, cache)
-        nodes = sorted(pm.nodes.values(), key=lambda n: n.order)
-        workers = workers or len(nodes)
-        hosts = [nodes[i % len(nodes)].consistent_id for i in range(workers)]
-        plan = ShardPlan.build(pm, workers, worker_hosts=hosts, reshuffle=reshuffle, seed=seed, conn=conn)
+        workers = workers or len(pm.nodes)
+        plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
+                               seed=seed, conn=conn)
     elif workers not in (None, plan.workers):
         raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
-    plan_path = run_dir / "shard_plan.json"
+    plan_path = folder.shard_plan
     plan.save(plan_path)
     job = dict(job)
     if "job_dir" in job:

@@ -15,7 +15,6 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.procs import pid_alive
@@ -129,12 +128,12 @@ class LocalLauncher(Launcher):
         existing = self.store.get(spec.cluster_id)
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing  # idempotent: never a second cluster under one id
-        run_dir = Path(spec.run_dir)
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        spec_path = run_dir / "cluster.json"
+        folder = spec.folder
+        folder.logs.mkdir(parents=True, exist_ok=True)
+        spec_path = folder.spec
         spec.save(spec_path)
         env = self.supervisor_env(spec)
-        with open(run_dir / "logs" / "supervisor.log", "ab") as log:
+        with open(folder.supervisor_log, "ab") as log:
             proc = subprocess.Popen(
                 self.supervisor_command(spec_path), env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -146,7 +145,7 @@ class LocalLauncher(Launcher):
                 self._reap_later(proc)
                 return state
             if proc.poll() is not None:
-                log_tail = (run_dir / "logs" / "supervisor.log").read_text(errors="replace")[-2000:]
+                log_tail = folder.supervisor_log.read_text(errors="replace")[-2000:]
                 raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} exited with {proc.returncode} "
                                     f"before recording its state:\n{log_tail}")
             time.sleep(0.05)

@@ -10,6 +10,7 @@ Nothing here assumes local processes: a launcher (local or Kubernetes) turns the
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import socket
@@ -22,6 +23,7 @@ from typing import Any
 
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.errors import ConfigError
 
 
@@ -48,6 +50,17 @@ ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
 ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"  # see ignite_tf.runtime.progress
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This process's ``TF_CONFIG`` (the launcher sets it from ``ClusterSpec.tf_config``); {} outside a cluster."""
+    raw = (os.environ if environ is None else environ).get("TF_CONFIG")
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
 
 
 def new_cluster_id(prefix: str = "tf") -> str:
@@ -144,22 +157,26 @@ class ClusterSpec:
                           f"(tasks: {', '.join(t.name for t in self.tasks)})")
 
     @property
+    def folder(self) -> RunFolder:
+        return RunFolder(Path(self.run_dir))
+
+    @property
     def checkpoint_dir(self) -> str:
-        return str(Path(self.run_dir) / "checkpoints")
+        return str(self.folder.checkpoints)
 
     @property
     def tensorboard_dir(self) -> str:
-        return str(Path(self.run_dir) / "tensorboard")
+        return str(self.folder.tensorboard)
 
     def log_path(self, task: TaskSpec) -> str:
-        return str(Path(self.run_dir) / "logs" / f"{task.name}.log")
+        return str(self.folder.log(task.name))
 
     def progress_path(self, task: TaskSpec) -> str:
-        return str(Path(self.run_dir) / "progress" / f"{task.name}.json")
+        return str(self.folder.progress(task.name))
 
     def task_dir(self, task: TaskSpec) -> str:
         """The task's working directory (async workers keep their data feed there)."""
-        return str(Path(self.run_dir) / "tasks" / task.name)
+        return str(self.folder.task_dir(task.name))
 
     # -- TF_CONFIG and environment ---------------------------------------------------------------------------
     def cluster_dict(self) -> dict[str, list[str]]:

@@ -251,7 +251,7 @@ class Supervisor:
     def run(self) -> ExitCode:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        Path(self.spec.run_dir, "logs").mkdir(parents=True, exist_ok=True)
+        self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
         self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
                    + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
         self.start_all()
@@ -360,7 +360,7 @@ class Supervisor:
                            for t in self.spec.tasks if self.tstate(t).state == "starting"]
                 return self.finish(Status.FAILED, ExitCode.STARTUP_DEADLINE,
                                    f"start-up deadline of {self.spec.startup_deadline_s:.0f}s passed; not up: "
-                                   f"{', '.join(missing)} (see their logs in {self.spec.run_dir}/logs)")
+                                   f"{', '.join(missing)} (see their logs in {self.spec.folder.logs})")
         self.save()
         return None
 

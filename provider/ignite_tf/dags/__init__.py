@@ -47,7 +47,8 @@ def load_dags(dag_file: str | Path, pattern: str = "specs/*.yaml", namespace: di
     :raises SpecError: with ``strict``, a bad spec or a dag id defined twice.
     """
     from ignite_tf.dags.factory import build_dag, render
-    from ignite_tf.dags.spec import SpecError, parse_spec
+    from ignite_tf.dags.spec import parse_spec
+    from ignite_tf.errors import SpecError
 
     _warn_if_skipped_by_safe_mode(Path(dag_file))
     folder = Path(dag_file).absolute().parent

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ignite_tf.dags.spec import SpecError, parse_spec
+from ignite_tf.dags.spec import parse_spec
+from ignite_tf.errors import SpecError
 
 
 def main(argv: list[str] | None = None) -> int:

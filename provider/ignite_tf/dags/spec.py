@@ -27,7 +27,8 @@ import yaml
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.errors import ConfigError
+from ignite_tf.documents import read_yaml
+from ignite_tf.errors import ConfigError, SpecError
 from ignite_tf.plan.shards import Reshuffle
 
 SCHEMA_RESOURCE = "pipeline.schema.json"
@@ -36,26 +37,6 @@ PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "
 # Training settings a run may override (Airflow Params); their bounds live in the schema's $defs.
 PARAM_FIELDS = ("epochs", "batch_size", "learning_rate", "workers", "ps")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class SpecError(ConfigError):
-    """A pipeline spec is invalid. ``problems`` holds ``(field path, message)`` pairs; ``field`` the first."""
-
-    def __init__(self, file: str | Path | None, problems: list[tuple[str, str]]):
-        self.file = str(file) if file is not None else None
-        self.problems = list(problems)
-        self.field = self.problems[0][0] if self.problems else ""
-        where = self.file or "pipeline spec"
-        if len(self.problems) == 1:
-            text = f"{where}: {self.problems[0][0]}: {self.problems[0][1]}"
-        else:
-            text = f"{where}: {len(self.problems)} problems:\n" + "\n".join(f"  {f}: {m}" for f, m in self.problems)
-        super().__init__(text)
-
-    def within(self, file: str | Path | None = None, prefix: str = "") -> SpecError:
-        """The same problems, under ``prefix`` (a section) and in ``file``."""
-        problems = [(f"{prefix}.{f}" if prefix and f else prefix or f, m) for f, m in self.problems]
-        return SpecError(file if file is not None else self.file, problems)
 
 
 def _fail(field_path: str, message: str):
@@ -276,14 +257,7 @@ def parse_spec(path: str | Path) -> PipelineConfig:
     :raises SpecError: anything wrong, naming the file and the field.
     """
     path = Path(path).absolute()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(path, [("(file)", f"cannot be read ({exc.strerror})")]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(path, [("(file)", f"is not valid YAML{at}: {getattr(exc, 'problem', exc)}")]) from None
+    raw = read_yaml(path, lambda problem: SpecError(path, [("(file)", problem)]))
     if not isinstance(raw, dict):
         raise SpecError(path, [("(file)", f"must be a mapping of keys (got {type(raw).__name__})")])
     try:

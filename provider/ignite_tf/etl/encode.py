@@ -14,12 +14,22 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ignite_tf.etl.input import WIRE_TYPES, convert_column
+from ignite_tf.etl.input import convert_column
+from ignite_tf.typecodes import (
+    COLUMN_CODES,
+    COMPACT,
+    FIXED,
+    HAS_SCHEMA,
+    LONG,
+    NULL,
+    OBJECT,
+    OFFSET_1,
+    OFFSET_2,
+    USER_TYPE,
+)
 
-_TC_NULL = 101
 _HEADER = np.dtype([("code", "u1"), ("version", "u1"), ("flags", "<u2"), ("type_id", "<i4"), ("hash", "<i4"),
                     ("length", "<i4"), ("schema_id", "<i4"), ("schema_offset", "<i4")])
-_USER_TYPE, _HAS_SCHEMA, _OFFSET_1, _OFFSET_2, _COMPACT_FOOTER = 0x01, 0x02, 0x08, 0x10, 0x20
 _NULL_WORD = np.uint64(0x6E756C6C2D726F77)  # the word a null contributes to a row hash
 
 
@@ -97,7 +107,7 @@ def encode_column(arr: pa.Array, sql: str, ctype: str) -> EncodedColumn:
         offsets = np.frombuffer(off_buf, dtype="<i8")[arr.offset:arr.offset + len(arr) + 1]
         data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         return EncodedColumn(sql, ctype, data, nulls, offsets)
-    return EncodedColumn(sql, ctype, _filled(arr, ctype).astype(WIRE_TYPES[ctype][1]), nulls)
+    return EncodedColumn(sql, ctype, _filled(arr, ctype).astype(FIXED[COLUMN_CODES[ctype]]), nulls)
 
 
 def _scatter(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
@@ -131,16 +141,16 @@ def _encode_general(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: in
     entry_start = 4 + np.cumsum(9 + obj_len) - (9 + obj_len)
     buf = np.zeros(4 + int((9 + obj_len).sum()), np.uint8)
     buf[:4] = np.array([n], "<i4").view(np.uint8)
-    buf[entry_start] = WIRE_TYPES["int64"][0]
+    buf[entry_start] = LONG
     _scatter(buf, entry_start + 1, keys[lo:hi].astype("<i8").view(np.uint8).reshape(n, 8))
     start = entry_start + 9
     for j, c in enumerate(cols):
         pos = start + field_off[:, j]
-        buf[pos] = WIRE_TYPES[c.ctype][0]
+        buf[pos] = COLUMN_CODES[c.ctype]
         ok = slice(None)
         if c.nulls is not None:
             ok = ~c.nulls[lo:hi]
-            buf[pos[~ok]] = _TC_NULL
+            buf[pos[~ok]] = NULL
         if c.ctype != "string":
             _scatter(buf, pos[ok] + 1, c.values[lo:hi][ok].view(np.uint8).reshape(-1, c.values.itemsize))
             continue
@@ -156,8 +166,8 @@ def _encode_general(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: in
 def _headers(buf, start, obj_len, data_len, oflag: int, type_id: int, schema_id: int) -> np.ndarray:
     """The 24-byte BinaryObject headers, as rows of bytes, of objects whose fields are already in ``buf``."""
     header = np.zeros(len(start), _HEADER)
-    header["code"], header["version"] = 103, 1
-    header["flags"] = _USER_TYPE | _HAS_SCHEMA | _COMPACT_FOOTER | oflag
+    header["code"], header["version"] = OBJECT, 1
+    header["flags"] = USER_TYPE | HAS_SCHEMA | COMPACT | oflag
     header["type_id"], header["schema_id"] = type_id, schema_id
     header["length"], header["schema_offset"] = obj_len, 24 + data_len
     header["hash"] = _java_bytes_hash(buf, start + 24, np.broadcast_to(data_len, start.shape))
@@ -166,7 +176,7 @@ def _headers(buf, start, obj_len, data_len, oflag: int, type_id: int, schema_id:
 
 def _offset_format(last: int) -> tuple[int, str, int]:
     """Byte width, dtype and header flag of a footer whose largest field offset is ``last``."""
-    return (1, "u1", _OFFSET_1) if last < 255 else (2, "<u2", _OFFSET_2) if last < 65535 else (4, "<u4", 0)
+    return (1, "u1", OFFSET_1) if last < 255 else (2, "<u2", OFFSET_2) if last < 65535 else (4, "<u4", 0)
 
 
 def _encode_fixed(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: int, type_id: int, schema_id: int) -> bytes:
@@ -177,11 +187,11 @@ def _encode_fixed(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: int,
     data_len = int(sizes.sum())
     width, odt, oflag = _offset_format(int(field_off[-1]))
     rows = np.empty((n, 9 + 24 + data_len + nf * width), np.uint8)
-    rows[:, 0] = WIRE_TYPES["int64"][0]
+    rows[:, 0] = LONG
     rows[:, 1:9] = keys[lo:hi].astype("<i8").view(np.uint8).reshape(n, 8)
     obj = rows[:, 9:]
     for off, c in zip(field_off, cols, strict=True):
-        obj[:, off] = WIRE_TYPES[c.ctype][0]
+        obj[:, off] = COLUMN_CODES[c.ctype]
         obj[:, off + 1:off + 1 + c.values.itemsize] = c.values[lo:hi].view(np.uint8).reshape(n, -1)
     obj[:, 24 + data_len:] = np.frombuffer(field_off.astype(odt).tobytes(), np.uint8)
     start = np.arange(n) * rows.shape[1] + 9

@@ -26,15 +26,9 @@ COLUMN_TYPES = {"float32": "REAL", "float64": "DOUBLE", "int32": "INT", "int64":
 SUFFIXES = (".csv", ".parquet", ".pq")
 ROW_KEY = "row_key"  # the key column of rows loaded without an integer key column (a hash)
 
-# column type -> (Ignite binary type code, little-endian NumPy dtype, Arrow type, Java class in SYS.TABLE_COLUMNS)
-WIRE_TYPES = {
-    "float32": (5, "<f4", pa.float32(), "java.lang.Float"),
-    "float64": (6, "<f8", pa.float64(), "java.lang.Double"),
-    "int32": (3, "<i4", pa.int32(), "java.lang.Integer"),
-    "int64": (4, "<i8", pa.int64(), "java.lang.Long"),
-    "bool": (8, "u1", pa.bool_(), "java.lang.Boolean"),
-    "string": (9, None, pa.large_string(), "java.lang.String"),
-}
+# column type -> the Arrow type its values are converted to (its Ignite type code: ignite_tf.typecodes.COLUMN_CODES)
+ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int32": pa.int32(), "int64": pa.int64(),
+               "bool": pa.bool_(), "string": pa.large_string()}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # H2 (Ignite's SQL engine) keywords that cannot be unquoted column or table names, plus Ignite's hidden columns.
 _RESERVED = set(
@@ -108,7 +102,7 @@ def infer_type(arrow_type: pa.DataType) -> str | None:
 
 
 def _cast(arr: pa.Array, ctype: str) -> pa.Array:
-    target = WIRE_TYPES[ctype][2]
+    target = ARROW_TYPES[ctype]
     if ctype in ("int32", "int64"):
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
             try:
@@ -324,15 +318,9 @@ def check_input(source, schema: dict[str, str] | None, key: str | None) -> Check
 
 def read_schema(path: str | Path) -> dict[str, str]:
     """A schema file: a JSON or YAML mapping of column name -> type (a COLUMN_TYPES key)."""
-    import yaml
+    from ignite_tf.documents import read_yaml
 
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise LoadError(f"schema file {path}: cannot be read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise LoadError(f"schema file {path}: not valid JSON/YAML ({exc})") from None
+    data = read_yaml(path, lambda problem: LoadError(f"schema file {path}: {problem}"))
     if not isinstance(data, dict) or not data:
         raise LoadError(f"schema file {path}: must be a mapping of column name -> type, e.g. "
                         f"{{\"score\": \"float64\", \"name\": \"string\"}} (got {type(data).__name__})")

@@ -27,24 +27,24 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import LoadError
 from ignite_tf.etl.encode import EncodedColumn, encode_column, encode_rows, hash_keys, row_hash_keys
 from ignite_tf.etl.input import (
     COLUMN_TYPES,
     ROW_KEY,
     SUFFIXES,
-    WIRE_TYPES,
     check_input,
     check_name,
     infer_type,
     read_schema,
 )
+from ignite_tf.typecodes import BY_CODE, COLUMN_CODES
 
 __all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "infer_type", "load",
            "read_schema", "row_hash_keys"]
 
-_JAVA_TO_TYPE = {w[3]: t for t, w in WIRE_TYPES.items()}
+_JAVA_TO_TYPE = {BY_CODE[code].java: ctype for ctype, code in COLUMN_CODES.items()}
 _OP_CACHE_PUT_ALL = 1004
 
 
@@ -83,17 +83,12 @@ class LoadReport:
 
 
 # -- the table and the writes ----------------------------------------------------------------------------
-def _sql(client, query: str, args: list | None = None) -> list[list]:
-    with client.sql(query, query_args=args) as cursor:
-        return [list(row) for row in cursor]
-
-
 def _check_table(client, cache: str, table: str, want: dict[str, str], key_sql: str) -> str | None:
     """The existing table's value type, None when there is no table; LoadError when it does not match."""
-    found = _sql(client, "SELECT CACHE_NAME, VALUE_TYPE_NAME, KEY_ALIAS FROM SYS.TABLES "
+    found = sql(client, "SELECT CACHE_NAME, VALUE_TYPE_NAME, KEY_ALIAS FROM SYS.TABLES "
                          "WHERE SCHEMA_NAME = 'PUBLIC' AND TABLE_NAME = ?", [table])
     if not found:
-        if _sql(client, "SELECT CACHE_NAME FROM SYS.CACHES WHERE CACHE_NAME = ?", [cache]):
+        if sql(client, "SELECT CACHE_NAME FROM SYS.CACHES WHERE CACHE_NAME = ?", [cache]):
             raise LoadError(f"cache {cache!r} exists but is not the SQL table PUBLIC.{table}: "
                             f"load into another cache name, or destroy that cache first")
         return None
@@ -101,7 +96,7 @@ def _check_table(client, cache: str, table: str, want: dict[str, str], key_sql: 
     if owner != cache:
         raise LoadError(f"table PUBLIC.{table} exists with cache {owner!r}, not {cache!r}: "
                         f"load into another name, or DROP TABLE {table} first")
-    have = {name: _JAVA_TO_TYPE.get(java, java) for name, java in _sql(
+    have = {name: _JAVA_TO_TYPE.get(java, java) for name, java in sql(
         client, "SELECT COLUMN_NAME, TYPE FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = 'PUBLIC' AND TABLE_NAME = ? "
                 "AND COLUMN_NAME NOT IN ('_KEY', '_VAL')", [table])}
     problems = []
@@ -258,7 +253,7 @@ def _write(client, conn, report: LoadReport, cols: list[EncodedColumn], keys: np
             ddl = (f"CREATE TABLE IF NOT EXISTS {table} ({key_sql} BIGINT PRIMARY KEY, "
                    f"{', '.join(f'{c.sql} {COLUMN_TYPES[c.ctype]}' for c in cols)}) WITH \"template={template},"
                    f"backups={backups},cache_name={cache},value_type={value_type}\"")
-            _retry(lambda: _sql(client, ddl))
+            _retry(lambda: sql(client, ddl))
         report.value_type = value_type
         _retry(lambda: client.put_binary_type(value_type, schema=fields))
     except (CacheError, OSError, EOFError, ReconnectError) as exc:
@@ -283,7 +278,7 @@ def _write(client, conn, report: LoadReport, cols: list[EncodedColumn], keys: np
         if on_batch is not None:
             on_batch(report)
     try:
-        report.rows_in_cache = int(_retry(lambda: _sql(client, f"SELECT COUNT(*) FROM {table}"))[0][0])
+        report.rows_in_cache = int(_retry(lambda: sql(client, f"SELECT COUNT(*) FROM {table}"))[0][0])
     except (CacheError, OSError, EOFError, ReconnectError) as exc:
         raise LoadError(f"all {report.rows_written} rows were written to {table}, but counting them failed: "
                         f"{exc}") from None

@@ -26,6 +26,18 @@ class IgniteTFOperator(BaseOperator):
         return IgniteHook(self.ignite_conn_id).get_config()
 
 
+class WaitsForCluster:
+    """``execute_complete`` of the tasks that wait for a TensorFlow cluster (``TFClusterOperator``,
+    ``TFClusterSensor``): the cluster's summary, or AirflowException naming why it failed."""
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        from ignite_tf.hooks.tf_cluster import result_of
+
+        summary = result_of(event)
+        self.log.info("TensorFlow cluster %s succeeded: %s", event["cluster_id"], summary.get("metrics"))
+        return summary
+
+
 def as_dict(value: Any) -> dict:
     """An upstream XCom value that may arrive as a dict or as a JSON string (templated)."""
     import json
@@ -40,7 +52,7 @@ def run_dir_for(context, root: str | None = None) -> str:
     import re
     from pathlib import Path
 
-    from ignite_tf.cluster.api import default_run_root
+    from ignite_tf.cluster.run_folder import default_run_root
 
     dag_id = context["dag"].dag_id
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", context["run_id"])

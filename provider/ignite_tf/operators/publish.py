@@ -55,10 +55,11 @@ class PublishModelOperator(IgniteTFOperator):
         self.training_params = training_params or {}
 
     def execute(self, context) -> dict[str, Any]:
+        from ignite_tf.cluster.run_folder import RunFolder
         from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 
         training = as_dict(self.training)
-        run_dir = Path(training["run_dir"])
+        run = RunFolder(training["run_dir"])
         metrics = {k: v for k, v in (training.get("metrics") or {}).items() if isinstance(v, int | float)}
         data: dict[str, Any] = {}
         if self.partition_map:
@@ -75,8 +76,8 @@ class PublishModelOperator(IgniteTFOperator):
                        "try_number": ti.try_number, "cluster_id": training.get("cluster_id")}
         gate = BlessingGate(thresholds={k: tuple(v) for k, v in self.thresholds.items()}, tolerance=self.tolerance)
         result = ModelRegistry(self.registry_root).publish(
-            self.model_name, saved_model_dir=str(run_dir / "checkpoints" / "model"),
-            checkpoint_dir=str(run_dir / "checkpoints" / "backup"), tensorboard_dir=str(run_dir / "tensorboard"),
+            self.model_name, saved_model_dir=str(run.model), checkpoint_dir=str(run.backup),
+            tensorboard_dir=str(run.tensorboard),
             metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
             context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
         )
@@ -93,9 +94,10 @@ def _ignite_version(conn) -> str | None:
         client = conn.client()
     except Exception:  # noqa: BLE001 - the version is informational
         return None
+    from ignite_tf.connection import sql
+
     try:
-        with client.sql("SELECT VERSION FROM SYS.NODES LIMIT 1") as cursor:
-            return str(next(iter(cursor))[0]).split("#")[0]
+        return str(sql(client, "SELECT VERSION FROM SYS.NODES LIMIT 1")[0][0]).split("#")[0]
     except Exception:  # noqa: BLE001
         return None
     finally:

@@ -36,17 +36,14 @@ class ShardPlanOperator(IgniteTFOperator):
 
     def execute(self, context) -> list[int]:
         from ignite_tf.plan.partitions import PartitionMap
-        from ignite_tf.plan.shards import ShardPlan
+        from ignite_tf.plan.shards import ShardPlan, next_to_nodes
 
         if self.partition_map:
             pm = PartitionMap.from_dict(as_dict(self.partition_map))
         else:
             pm = PartitionMap.discover(self.conn, self.cache)
         workers = int(self.workers)
-        hosts = self.worker_hosts
-        if hosts is None:
-            nodes = sorted(pm.nodes.values(), key=lambda n: n.order)
-            hosts = [nodes[i % len(nodes)].consistent_id for i in range(workers)]
+        hosts = self.worker_hosts if self.worker_hosts is not None else next_to_nodes(pm, workers)
         plan = ShardPlan.build(pm, workers, worker_hosts=hosts, reshuffle=self.reshuffle, seed=int(self.seed),
                                conn=self.conn)
         self.log.info("%s", plan.describe(0))

@@ -7,12 +7,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
-
-from ignite_tf.operators.base import IgniteTFOperator, as_dict
+from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 
 
-class TFClusterOperator(IgniteTFOperator):
+class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     """Start a TF cluster over ``cache`` and wait for it to finish.
 
     The cluster id comes from (dag_id, run_id, task_id, try number, map index), so running this task again
@@ -20,17 +18,24 @@ class TFClusterOperator(IgniteTFOperator):
     one; a new try first stops what the previous try left running.
 
     :param cache: cache with the training data (templated).
-    :param entry_point: ``module:function`` returning a compiled tf_keras model (the runtime trains it), or
-    :param command: a user script's command (list), run in ``job_dir`` with TF_CONFIG set.
+    :param entry_point: ``module:function`` returning a compiled tf_keras model (the runtime trains it); give
+        this or ``command``.
+    :param command: a user script's command (list), run in ``job_dir`` with TF_CONFIG set (templated).
+    :param job_dir: the folder (or zip) the ``command`` runs in (templated).
     :param plan: ShardPlan dict from an upstream ``ShardPlanOperator``; planned here when None.
     :param mode: ``sync`` (MultiWorkerMirroredStrategy) or ``async`` (ParameterServerStrategy) (templated).
     :param workers: workers (templated; default one per Ignite server node when no plan is given).
     :param ps: parameter servers in async mode (templated).
-    :param epochs / batch_size / learning_rate / label_column: training parameters for an entry point
-        (templated).
+    :param epochs: training epochs of an entry point (templated).
+    :param batch_size: rows per step per worker of an entry point (templated).
+    :param learning_rate: passed to the entry point's model function (templated; None: its own default).
+    :param label_column: the label column an entry point trains on (templated).
     :param model_args: keyword arguments of the entry point's model function, a dict or its JSON text
         (templated), e.g. ``{"hidden": 64}``; each becomes ``--model-arg key=<JSON value>``.
-    :param max_restarts: restarts after failures; ``startup_deadline_s``: seconds for all tasks to come up.
+    :param max_restarts: restarts after failures (templated).
+    :param startup_deadline_s: seconds for all tasks to come up.
+    :param extra_args: more arguments of ``python -m ignite_tf.runtime`` for an entry point.
+    :param run_root: root of run folders (default ``$IGNITE_TF_RUN_ROOT``).
     :param restart_policy: which failures are restarted: ``on-failure``, ``exit-code`` (default: signals,
         statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
     :param progress_timeout_s: a task silent this long after its first progress report fails the cluster
@@ -130,18 +135,9 @@ class TFClusterOperator(IgniteTFOperator):
             )
         final = launcher.wait(cluster_id, poll_s=self.poll_interval,
                               on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
-        from ignite_tf.triggers.tf_cluster import event_for
+        from ignite_tf.hooks.tf_cluster import event_for
 
         return self.execute_complete(context, event_for(final, launcher))
-
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(
-                f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
-                f"last lines of the chief's output:\n{event.get('tail', '')}")
-        summary = event["summary"]
-        self.log.info("TensorFlow cluster %s succeeded: %s", event["cluster_id"], summary.get("metrics"))
-        return summary
 
     def on_kill(self) -> None:
         if self._cluster_id:

@@ -60,7 +60,8 @@ class ValidationGateOperator(IgniteTFOperator):
         self.results, self.suite, self.cache, self.run_root = results, suite, cache, run_root
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.validation.run import ShardResult, ValidationFailed, gate, merge, write_results
+        from ignite_tf.errors import ValidationFailed
+        from ignite_tf.validation.run import ShardResult, gate, merge, write_results
 
         # Indexing up to len() reads each mapped result once; iterating Airflow's lazy sequence asks for one
         # past the end and logs a 404 "XCom not found" error in every run.

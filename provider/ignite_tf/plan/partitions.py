@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, IgniteTFError, TopologyChangedError
 
 _U32 = 4294967296
@@ -178,33 +178,49 @@ class PartitionMap:
         return current
 
 
-def _sql(client, query: str, *args) -> list[list]:
-    with client.sql(query, query_args=list(args) or None) as cursor:
-        return [list(r) for r in cursor]
-
-
 def _discover(client, cache: str, count_rows: bool) -> PartitionMap:
-    from pyignite.api.affinity import cache_get_node_partitions
+    """The steps of ``PartitionMap.discover``: cache -> nodes -> primaries -> backups -> key column -> rows."""
+    cache_id, group_id, backup_count, affinity = _cache_row(client, cache)
+    nodes = _server_nodes(client)
+    primary, version = _primaries(client, cache, cache_id, affinity)
+    backups = _backups(client, group_id, len(primary), nodes)
+    table = sql(client, "SELECT SCHEMA_NAME, TABLE_NAME, KEY_ALIAS, KEY_TYPE_NAME FROM SYS.TABLES "
+                        "WHERE CACHE_NAME = ?", [cache])
+    key_column = str(table[0][2]).lower() if table and table[0][2] else None
+    rows = _count_rows(client, cache, table, affinity, len(primary)) if count_rows else [0] * len(primary)
+    return PartitionMap(
+        cache=cache, cache_id=int(cache_id), partitions=len(primary), backup_count=int(backup_count or 0),
+        nodes=nodes, primary=primary, backups=backups, rows=rows, affinity_version=version, key_column=key_column,
+    )
 
-    found = _sql(client, "SELECT CACHE_ID, CACHE_GROUP_ID, BACKUPS, AFFINITY FROM SYS.CACHES WHERE CACHE_NAME = ?",
-                 cache)
+
+def _cache_row(client, cache: str) -> list:
+    """(cache id, cache group id, backups, affinity description) of ``cache``; CacheNotFoundError naming the others."""
+    found = sql(client, "SELECT CACHE_ID, CACHE_GROUP_ID, BACKUPS, AFFINITY FROM SYS.CACHES WHERE CACHE_NAME = ?",
+                [cache])
     if not found:
-        names = sorted(r[0] for r in _sql(client, "SELECT CACHE_NAME FROM SYS.CACHES WHERE CACHE_TYPE = 'USER'"))
+        names = sorted(r[0] for r in sql(client, "SELECT CACHE_NAME FROM SYS.CACHES WHERE CACHE_TYPE = 'USER'"))
         raise CacheNotFoundError(f"cache '{cache}' not found on the cluster (caches: {', '.join(names) or 'none'})")
-    cache_id, group_id, backup_count, affinity = found[0]
-    parts_match = re.search(r"parts=(\d+)", affinity or "")
-    mask_match = re.search(r"mask=(-?\d+)", affinity or "")
+    return found[0]
 
-    # Nodes: SQL knows every server node; the client's connections give the thin-client port.
+
+def _server_nodes(client) -> dict[str, NodeInfo]:
+    """Server nodes by node id: SQL knows every one; the client's connections give the thin-client port."""
     ports = {str(c.uuid): (c.host, c.port) for c in client._nodes if c.uuid is not None and c.alive}
     nodes: dict[str, NodeInfo] = {}
-    for node_id, consistent_id, addresses, order in _sql(
+    for node_id, consistent_id, addresses, order in sql(
             client, "SELECT NODE_ID, CONSISTENT_ID, ADDRESSES, NODE_ORDER FROM SYS.NODES WHERE IS_CLIENT = FALSE"):
         nid = str(node_id)
         host, port = ports.get(nid, (_first_address(addresses), None))
         nodes[nid] = NodeInfo(nid, str(consistent_id), host, port, int(order))
+    return nodes
 
-    # Primaries: the thin-client affinity request (the real affinity the cluster routes keys with).
+
+def _primaries(client, cache: str, cache_id: int, affinity: str | None) -> tuple[list[str], tuple]:
+    """The primary node of each partition and the affinity version, from the thin-client affinity request
+    (the real affinity the cluster routes keys with)."""
+    from pyignite.api.affinity import cache_get_node_partitions
+
     result = None
     for conn in [c for c in client._nodes if c.alive]:
         result = cache_get_node_partitions(conn, cache_id)
@@ -214,10 +230,10 @@ def _discover(client, cache: str, count_rows: bool) -> PartitionMap:
         raise IgniteTFError(f"the affinity request for cache '{cache}' failed: "
                             f"{getattr(result, 'message', 'no live connection')}")
     mapping = result.value["partition_mapping"].get(cache_id, {})
-    version = tuple(result.value["version"])
     if not mapping.get("is_applicable", False):
         raise IgniteTFError(f"cache '{cache}' has no partition affinity a thin client can use "
                             f"(replicated or custom affinity): partition-level placement needs a PARTITIONED cache")
+    parts_match = re.search(r"parts=(\d+)", affinity or "")
     n_parts = int(parts_match.group(1)) if parts_match else mapping.get("number_of_partitions", 0)
     primary = [""] * n_parts
     for node_uuid, parts in mapping["node_mapping"].items():
@@ -228,32 +244,29 @@ def _discover(client, cache: str, count_rows: bool) -> PartitionMap:
         raise TopologyChangedError(
             f"cache '{cache}': {len(missing)} partition(s) have no primary node (e.g. {missing[:5]}); "
             f"the cluster is rebalancing or lost nodes: retry once the topology is stable")
+    return primary, tuple(result.value["version"])
 
+
+def _backups(client, group_id: int, n_parts: int, nodes: dict[str, NodeInfo]) -> list[list[str]]:
+    """The owning backup nodes of each partition, in node order."""
     backups: list[list[str]] = [[] for _ in range(n_parts)]
-    for node_id, part, is_primary in _sql(
+    for node_id, part, is_primary in sql(
             client, "SELECT NODE_ID, PARTITION_ID, IS_PRIMARY FROM SYS.PARTITION_STATES "
                     f"WHERE CACHE_GROUP_ID = {int(group_id)} AND STATE = 'OWNING'"):
         if not is_primary and part < n_parts:
             backups[part].append(str(node_id))
     for bs in backups:
         bs.sort(key=lambda n: nodes[n].order if n in nodes else 0)
+    return backups
 
-    table = _sql(client, "SELECT SCHEMA_NAME, TABLE_NAME, KEY_ALIAS, KEY_TYPE_NAME FROM SYS.TABLES "
-                         "WHERE CACHE_NAME = ?", cache)
-    key_column = None
-    if table and table[0][2]:
-        key_column = str(table[0][2]).lower()
-    rows = [0] * n_parts
-    if count_rows:
-        mask = int(mask_match.group(1)) if mask_match else -1
-        if table and table[0][3] in ("java.lang.Long", "long") and affinity and "Rendezvous" in affinity:
-            rows = _count_rows_sql(client, table[0][0], table[0][1], n_parts, mask)
-        else:
-            rows = _count_rows_scan(client, cache, n_parts)
-    return PartitionMap(
-        cache=cache, cache_id=int(cache_id), partitions=n_parts, backup_count=int(backup_count or 0), nodes=nodes,
-        primary=primary, backups=backups, rows=rows, affinity_version=version, key_column=key_column,
-    )
+
+def _count_rows(client, cache: str, table: list, affinity: str | None, n_parts: int) -> list[int]:
+    """Rows per partition: one server-side GROUP BY for a BIGINT-keyed table, else a scan per partition."""
+    mask_match = re.search(r"mask=(-?\d+)", affinity or "")
+    mask = int(mask_match.group(1)) if mask_match else -1
+    if table and table[0][3] in ("java.lang.Long", "long") and affinity and "Rendezvous" in affinity:
+        return _count_rows_sql(client, table[0][0], table[0][1], n_parts, mask)
+    return _count_rows_scan(client, cache, n_parts)
 
 
 def _first_address(addresses: str | None) -> str:
@@ -280,7 +293,7 @@ def partition_sql(key: str, parts: int, mask: int) -> str:
 def _count_rows_sql(client, schema: str, table: str, n_parts: int, mask: int) -> list[int]:
     rows = [0] * n_parts
     expr = partition_sql("_KEY", n_parts, mask)
-    for part, count in _sql(client, f'SELECT {expr} AS P, COUNT(*) FROM "{schema}"."{table}" GROUP BY P'):
+    for part, count in sql(client, f'SELECT {expr} AS P, COUNT(*) FROM "{schema}"."{table}" GROUP BY P'):
         rows[int(part)] = int(count)
     return rows
 

@@ -28,8 +28,9 @@ import numpy as np
 
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
+from ignite_tf.plan.tasks import HASH_SPACE, ReadTask
 
-HASH_SPACE = 2**64
+__all__ = ["HASH_SPACE", "ReadTask", "Reshuffle", "ShardPlan", "WorkerShard", "next_to_nodes"]
 
 
 class Reshuffle(StrEnum):
@@ -37,33 +38,21 @@ class Reshuffle(StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True)
-class Slice:
-    """Rows of one partition whose key hash lies in ``[hash_lo, hash_hi)``; ``rows`` as planned."""
-
-    partition: int
-    hash_lo: int = 0
-    hash_hi: int = HASH_SPACE
-    rows: int = 0
-
-    @property
-    def whole(self) -> bool:
-        return self.hash_lo == 0 and self.hash_hi == HASH_SPACE
-
-    def read_task(self):
-        from ignite_tf.reader.partition import ReadTask
-
-        return ReadTask(self.partition, self.hash_lo, self.hash_hi)
+def next_to_nodes(partition_map: PartitionMap, workers: int) -> list[str]:
+    """Worker hosts that put one worker next to each server node in turn (node consistent ids, by join order)."""
+    nodes = sorted(partition_map.nodes.values(), key=lambda n: n.order)
+    return [nodes[i % len(nodes)].consistent_id for i in range(workers)]
 
 
 @dataclass
 class WorkerShard:
-    """What one worker reads in one epoch, in reading order."""
+    """What one worker reads in one epoch, in reading order: its ``slices`` (each a ReadTask with its
+    planned rows)."""
 
     worker: int
     epoch: int
     host: str | None
-    slices: list[Slice]
+    slices: list[ReadTask]
     local_rows: int
 
     @property
@@ -74,8 +63,8 @@ class WorkerShard:
     def locality(self) -> float:
         return self.local_rows / self.rows if self.rows else 1.0
 
-    def read_tasks(self) -> list:
-        return [s.read_task() for s in self.slices]
+    def read_tasks(self) -> list[ReadTask]:
+        return list(self.slices)
 
 
 @dataclass
@@ -161,13 +150,13 @@ class ShardPlan:
         node = self.partition_map.nodes.get(self.partition_map.primary[partition])
         return node is not None and host in (node.host, node.consistent_id, node.node_id)
 
-    def _deal(self, rng: np.random.Generator) -> list[list[Slice]]:
+    def _deal(self, rng: np.random.Generator) -> list[list[ReadTask]]:
         pm = self.partition_map
         # A local worker may fill up to the bound itself; anyone else receives only while at or below the
         # average (the least loaded worker always is), so no worker ends above average + largest partition.
         limit = pm.total_rows / self.workers + max(pm.rows)
         load = np.zeros(self.workers, dtype=np.int64)
-        assigned: list[list[Slice]] = [[] for _ in range(self.workers)]
+        assigned: list[list[ReadTask]] = [[] for _ in range(self.workers)]
         # Any order keeps the bound (a worker only receives while at or below the average); a fixed plan
         # takes big partitions first for the smallest spread, a reshuffled one a fresh random order.
         if self.reshuffle is Reshuffle.EPOCH:
@@ -181,11 +170,11 @@ class ShardPlan:
             w = min(candidates, key=lambda x: (load[x], x)) if candidates else -1
             if w < 0 or load[w] + rows > limit:
                 w = int(np.argmin(load))
-            assigned[w].append(Slice(p, rows=rows))
+            assigned[w].append(ReadTask(p, rows=rows))
             load[w] += rows
         return assigned
 
-    def _split(self, rng: np.random.Generator) -> list[list[Slice]]:
+    def _split(self, rng: np.random.Generator) -> list[list[ReadTask]]:
         pm = self.partition_map
         parts = rng.permutation(pm.partitions) if self.reshuffle is Reshuffle.EPOCH else np.arange(pm.partitions)
         cuts = [self.cuts.get(int(p), {"rows": 0, "hashes": []}) for p in parts]
@@ -195,7 +184,7 @@ class ShardPlan:
         shift = int(rng.integers(total)) if self.reshuffle is Reshuffle.EPOCH else 0
         # Worker w takes rows [shift + w*total/W, shift + (w+1)*total/W) of the ring of all rows.
         bounds = [shift + (w * total) // self.workers for w in range(self.workers + 1)]
-        assigned: list[list[Slice]] = [[] for _ in range(self.workers)]
+        assigned: list[list[ReadTask]] = [[] for _ in range(self.workers)]
         for w in range(self.workers):
             lo, hi = bounds[w], bounds[w + 1]
             for a, b in ((lo, min(hi, total)), (max(lo, total) - total, hi - total)):
@@ -203,13 +192,13 @@ class ShardPlan:
                     s, e = max(a, starts[i]), min(b, starts[i + 1])
                     if s < e:
                         piece = _piece(int(p), cuts[i], int(s - starts[i]), int(e - starts[i]))
-                        if piece.hash_lo < piece.hash_hi:
+                        if piece is not None:
                             assigned[w].append(piece)
         # Partitions empty at plan time still get read (whole), so rows added later are not missed.
         for i, p in enumerate(parts):
             if sizes[i] == 0:
                 w = int(np.argmin([sum(s.rows for s in a) for a in assigned]))
-                assigned[w].append(Slice(int(p), rows=0))
+                assigned[w].append(ReadTask(int(p), rows=0))
         return _merge_wraparound(assigned)
 
     # -- reporting ---------------------------------------------------------------------------------------
@@ -290,15 +279,15 @@ class ShardPlan:
                                seed=self.seed, conn=conn), changes
 
 
-def _merge_wraparound(assigned: list[list[Slice]]) -> list[list[Slice]]:
+def _merge_wraparound(assigned: list[list[ReadTask]]) -> list[list[ReadTask]]:
     """Join adjacent pieces of one partition that the ring's wrap-around split in two."""
     out = []
     for slices in assigned:
-        merged: list[Slice] = []
+        merged: list[ReadTask] = []
         for s in slices:
             prev = merged[-1] if merged else None
             if prev and prev.partition == s.partition and prev.hash_hi == s.hash_lo:
-                merged[-1] = Slice(s.partition, prev.hash_lo, s.hash_hi, prev.rows + s.rows)
+                merged[-1] = ReadTask(s.partition, prev.hash_lo, s.hash_hi, prev.rows + s.rows)
             else:
                 merged.append(s)
         out.append(merged)
@@ -321,10 +310,11 @@ def _bound(cut: dict, rank: int) -> tuple[int, int]:
     return int(hashes[j]), (j * n) // m
 
 
-def _piece(partition: int, cut: dict, a: int, b: int) -> Slice:
+def _piece(partition: int, cut: dict, a: int, b: int) -> ReadTask | None:
+    """Rows of ranks ``[a, b)`` of a cut partition, None when the cut points leave no hash range between them."""
     lo, ra = _bound(cut, a)
     hi, rb = _bound(cut, b)
-    return Slice(partition, lo, hi, rows=rb - ra)
+    return ReadTask(partition, lo, hi, rows=rb - ra) if lo < hi else None
 
 
 def _read_key_hashes(conn, partition_map: PartitionMap) -> dict[int, dict]:

@@ -1,9 +1,12 @@
-"""Units of reading: ``ReadTask`` (a partition, or a key-hash slice of one) and the key hash that slices it."""
+"""Units of reading: ``ReadTask`` (a partition, or a key-hash slice of one) and the key hash that slices it.
+
+A ShardPlan deals ReadTasks to workers (with the rows it planned for each); readers read them.
+"""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,15 +22,19 @@ class ReadTask:
     :param partition: partition number.
     :param hash_lo: lowest key hash kept (inclusive), in the uint64 space of :func:`key_hash`.
     :param hash_hi: first key hash not kept; the default ``2**64`` keeps the whole partition.
+    :param rows: the rows a ShardPlan counted in it when planning (0: not counted); not part of what is read,
+        so two tasks over the same rows are equal whatever they planned.
     """
 
     partition: int
     hash_lo: int = 0
     hash_hi: int = HASH_SPACE
+    rows: int = field(default=0, compare=False)
 
     def __post_init__(self):
         if isinstance(self.partition, np.integer):  # keep the task JSON-able
             object.__setattr__(self, "partition", int(self.partition))
+        object.__setattr__(self, "rows", int(self.rows))
         if not isinstance(self.partition, int) or isinstance(self.partition, bool) or self.partition < 0:
             raise ConfigError(f"ReadTask.partition must be a partition number >= 0 (got {self.partition!r})")
         if not 0 <= self.hash_lo < self.hash_hi <= HASH_SPACE:
@@ -47,11 +54,13 @@ class ReadTask:
         return [ReadTask(self.partition, lo, hi) for lo, hi in itertools.pairwise(bounds) if lo < hi]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = {"partition": self.partition, "hash_lo": self.hash_lo, "hash_hi": self.hash_hi}
+        return {**out, "rows": self.rows} if self.rows else out
 
     @classmethod
     def from_dict(cls, data: dict) -> ReadTask:
-        return cls(int(data["partition"]), int(data.get("hash_lo", 0)), int(data.get("hash_hi", HASH_SPACE)))
+        return cls(int(data["partition"]), int(data.get("hash_lo", 0)), int(data.get("hash_hi", HASH_SPACE)),
+                   int(data.get("rows", 0)))
 
     @classmethod
     def coerce(cls, task: ReadTask | int | dict) -> ReadTask:

@@ -34,35 +34,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.errors import ConfigError, DecodeError
+from ignite_tf.typecodes import (
+    COMPACT,
+    FIXED,
+    HAS_RAW,
+    HAS_SCHEMA,
+    INT_KEYS,
+    NULL,
+    OBJECT,
+    OFFSET_1,
+    OFFSET_2,
+    STRING,
+    WRAPPED,
+    name_of,
+)
 
-TC_STRING = 9
-TC_WRAPPED = 27
-TC_NULL = 101
-TC_OBJECT = 103
-
-# type code -> NumPy dtype of the fixed-size primitives (little-endian on the wire).
-FIXED: dict[int, np.dtype] = {
-    1: np.dtype("i1"), 2: np.dtype("<i2"), 3: np.dtype("<i4"), 4: np.dtype("<i8"),
-    5: np.dtype("<f4"), 6: np.dtype("<f8"), 7: np.dtype("<u2"), 8: np.dtype("?"),
-}
-SUPPORTED = {*FIXED, TC_STRING}
-INT_KEYS = (1, 2, 3, 4)
-TYPE_NAMES = {1: "byte", 2: "short", 3: "int", 4: "long", 5: "float", 6: "double", 7: "char", 8: "bool",
-              9: "string", 11: "date", 10: "uuid", 30: "decimal", 33: "timestamp", 36: "time", TC_OBJECT: "object"}
-
-# BinaryObject header flags.
-HAS_SCHEMA, HAS_RAW, OFFSET_1, OFFSET_2, COMPACT = 0x02, 0x04, 0x08, 0x10, 0x20
 I32 = struct.Struct("<i")
 # Header bytes that must be equal in every row of a fast page: all but the hash code (bytes 8..11).
 _HEADER_STRUCT = (0, 1, 2, 3, 4, 5, 6, 7, *range(12, 24))
 
 
 STACKED = "[stacked]"  # the batch entry of the stacked matrix: no column can have this name
-
-
-class DecodeError(IgniteTFError):
-    """A page did not have the layout the reader expected (unsupported type, mixed value types...)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +108,7 @@ class PageDecoder:
     def __init__(self, key_name: str, key_type: int, fields: list[Field], value_type_id: int | None,
                  schema_fields: Callable[[int, int], list[int]], stack: list[str] | None = None):
         if key_type not in INT_KEYS:
-            raise ConfigError(f"key type {TYPE_NAMES.get(key_type, key_type)} is not supported by the partition "
+            raise ConfigError(f"key type {name_of(key_type)} is not supported by the partition "
                               f"reader: keys must be integers (byte/short/int/long)")
         by_name = {f.name: f for f in fields}
         bad = [n for n in stack or [] if n not in by_name or by_name[n].type_code not in FIXED]
@@ -182,24 +175,24 @@ class PageDecoder:
             kpos[i] = pos + 1
             pos += 1 + key_size
             tc = buf[pos]
-            if tc == TC_WRAPPED:
+            if tc == WRAPPED:
                 (n,) = unpack(buf, pos + 1)
                 vpos[i] = pos + 5 + unpack(buf, pos + 5 + n)[0]
                 pos += 9 + n
-            elif tc == TC_OBJECT:
+            elif tc == OBJECT:
                 vpos[i] = pos
                 pos += unpack(buf, pos + 12)[0]
             elif tc in FIXED:
                 vpos[i] = pos
                 pos += 1 + FIXED[tc].itemsize
-            elif tc == TC_STRING:
+            elif tc == STRING:
                 vpos[i] = pos
                 pos += 5 + unpack(buf, pos + 1)[0]
-            elif tc == TC_NULL:
+            elif tc == NULL:
                 vpos[i] = pos
                 pos += 1
             else:
-                raise DecodeError(f"values of type {TYPE_NAMES.get(tc, tc)} are not supported by the reader")
+                raise DecodeError(f"values of type {name_of(tc)} are not supported by the reader")
         return kpos, vpos, pos
 
     # -- where each field is ------------------------------------------------------------------------------
@@ -215,10 +208,10 @@ class PageDecoder:
             for f in self.fields:
                 fpos[f.name][:] = vpos
             return fpos, []
-        is_obj = arr[vpos] == TC_OBJECT
+        is_obj = arr[vpos] == OBJECT
         if not is_obj.all():
             bad = arr[vpos][~is_obj][0]
-            if bad == TC_NULL:
+            if bad == NULL:
                 rows = np.flatnonzero(is_obj)
                 sub, _ = self._field_positions(arr, vpos[rows])
                 for name in fpos:
@@ -296,7 +289,7 @@ class PageDecoder:
         fixed, nulls = [], []
         for f in self.fields:
             p = int(fpos[f.name][0])
-            if p < 0 or row[p] == TC_NULL:
+            if p < 0 or row[p] == NULL:
                 nulls.append(f)
                 if p >= 0:
                     structure.append(p)
@@ -306,7 +299,7 @@ class PageDecoder:
             else:
                 return None  # strings, or a type we must report: the general path does it
         structure += [0, int(vpos0)]
-        if row[vpos0] == TC_OBJECT and self.value_type_id is not None and vpos0 > kpos0 + self._key_size:
+        if row[vpos0] == OBJECT and self.value_type_id is not None and vpos0 > kpos0 + self._key_size:
             wrap = kpos0 + self._key_size  # wrapper: its type code, length and trailing start offset
             structure += [wrap, wrap + 1, wrap + 2, wrap + 3, wrap + 4, *range(row_len - 4, row_len)]
         idx = np.unique(np.asarray(structure, np.int64))
@@ -331,14 +324,14 @@ class PageDecoder:
         for f in self.fields:
             pos = fpos[f.name]
             present = pos >= 0
-            codes = np.full(n, TC_NULL, np.uint8)
+            codes = np.full(n, NULL, np.uint8)
             codes[present] = arr[pos[present]]
             good = codes == f.type_code
-            null = codes == TC_NULL
+            null = codes == NULL
             if not (good | null).all():
                 bad = int(codes[~(good | null)][0])
-                raise DecodeError(f"column {f.name!r}: a row holds type {TYPE_NAMES.get(bad, bad)}, "
-                                  f"expected {TYPE_NAMES.get(f.type_code, f.type_code)}")
+                raise DecodeError(f"column {f.name!r}: a row holds type {name_of(bad)}, "
+                                  f"expected {name_of(f.type_code)}")
             out = np.full(n, null_fill(f.dtype), f.dtype)
             if f.type_code in FIXED:
                 out[good] = _gather(arr, pos[good] + 1, f.dtype)

@@ -6,30 +6,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from pyignite.utils import entity_id
 
 from ignite_tf.errors import ConfigError
-from ignite_tf.reader.binary import FIXED, I32, INT_KEYS, SUPPORTED, TC_OBJECT, TC_WRAPPED, TYPE_NAMES, Field
-
-# SYS.TABLE_COLUMNS.TYPE (a Java class name) -> type code.
-JAVA_TYPES = {"java.lang.Byte": 1, "java.lang.Short": 2, "java.lang.Integer": 3, "java.lang.Long": 4,
-              "java.lang.Float": 5, "java.lang.Double": 6, "java.lang.Character": 7, "java.lang.Boolean": 8,
-              "java.lang.String": 9}
+from ignite_tf.reader.binary import I32, Field
+from ignite_tf.typecodes import FIXED, INT_KEYS, JAVA_TYPES, OBJECT, SUPPORTED, WRAPPED, name_of
 
 
 def first_row_types(buf: bytearray, pos: int) -> tuple[int, int, int | None]:
     """Key type code, value type code and value binary type id (None: primitive) of the row at ``pos``."""
     key_type = buf[pos]
     if key_type not in FIXED:
-        raise ConfigError(f"keys of type {TYPE_NAMES.get(key_type, key_type)} are not supported by the "
+        raise ConfigError(f"keys of type {name_of(key_type)} are not supported by the "
                           f"partition reader: keys must be integers")
     pos += 1 + FIXED[key_type].itemsize
-    if buf[pos] == TC_WRAPPED:
+    if buf[pos] == WRAPPED:
         n = I32.unpack_from(buf, pos + 1)[0]
         pos += 5 + I32.unpack_from(buf, pos + 5 + n)[0]
-    if buf[pos] != TC_OBJECT:
+    if buf[pos] != OBJECT:
         return key_type, buf[pos], None
-    return key_type, TC_OBJECT, I32.unpack_from(buf, pos + 4)[0]
+    return key_type, OBJECT, I32.unpack_from(buf, pos + 4)[0]
 
 
 def sql_layout(sql: Callable, cache: str):
@@ -75,9 +72,29 @@ def select_columns(cache: str, key_name: str, available: dict[str, Field], type_
     if missing:
         raise ConfigError(f"cache {cache!r} has no column(s) {missing} (columns: {[key_name, *available]})")
     wanted = [available[c.lower()] for c in dict.fromkeys(columns) if c.lower() != key_name]
-    bad = [f"{f.name} ({type_names.get(f.name) or TYPE_NAMES.get(f.type_code, f.type_code)})"
+    bad = [f"{f.name} ({type_names.get(f.name) or name_of(f.type_code)})"
            for f in wanted if f.type_code not in SUPPORTED]
     if bad:
         raise ConfigError(f"the partition reader cannot decode column(s) {bad} of cache {cache!r} "
                           f"(it reads numbers, booleans and strings): leave them out of columns=")
     return wanted, skipped
+
+
+def feature_columns(schema: dict[str, np.dtype], cache: str, *, key: str | None, label: str | None = None,
+                    features: list[str] | None = None, include_key: bool = False, numeric: bool = False) -> list[str]:
+    """The columns a model reads as features: the one rule for training, the runtime and batch inference.
+
+    :param schema: the cache's columns (lower case) -> NumPy dtype, in table order (``PartitionReader.schema``).
+    :param features: the columns asked for (any case; checked against ``schema``). None or empty: every column
+        but ``label`` and, unless ``include_key``, the ``key`` column; with ``numeric`` only the numeric ones.
+    """
+    if features:
+        names = [str(f).lower() for f in features]
+    else:
+        names = [c for c, dtype in schema.items() if c != label and (include_key or c != key)
+                 and (not numeric or np.dtype(dtype).kind in "fiub")]
+    missing = [f for f in names if f not in schema]
+    if missing or not names:
+        raise ConfigError(f"feature(s) {missing or '(none)'} not in cache '{cache}' (columns: {', '.join(schema)}); "
+                          f"pass features= naming columns of the cache")
+    return names

@@ -37,7 +37,7 @@ from pyignite.api.affinity import cache_get_node_partitions
 from pyignite.api.binary import get_binary_type
 from pyignite.utils import cache_id as _cache_id
 
-from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, ConfigError, IgniteUnavailableError
 from ignite_tf.plan.tasks import HASH_SPACE, ReadTask, key_hash
 from ignite_tf.reader import binary as wire
@@ -119,8 +119,7 @@ class PartitionReader:
     # -- cluster metadata --------------------------------------------------------------------------------
     def _sql(self, query: str, args: list | None = None, names: bool = False) -> list[list]:
         self._scans.quiesce()
-        with self._client.sql(query, query_args=args, include_field_names=names) as cursor:
-            return [list(r) for r in cursor]
+        return sql(self._client, query, args, names=names)
 
     def _cache_info(self) -> tuple[int, int]:
         rows = self._sql("SELECT AFFINITY, CACHE_GROUP_ID FROM SYS.CACHES WHERE CACHE_NAME = ?", [self.cache])

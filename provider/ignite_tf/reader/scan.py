@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 
 from pyignite.exceptions import ReconnectError
 
-from ignite_tf.reader.binary import I32, TC_NULL, TC_STRING
+from ignite_tf.reader.binary import I32
+from ignite_tf.typecodes import NULL, STRING
 
 OP_RESOURCE_CLOSE, OP_QUERY_SCAN, OP_QUERY_SCAN_CURSOR_GET_PAGE = 0, 2000, 2001
 FAILURES = (OSError, EOFError, ReconnectError)
@@ -31,7 +32,7 @@ _BY_ID = struct.Struct("<iHqq")  # len, op, query id, cursor / resource id
 # -- requests and responses --------------------------------------------------------------------------------
 def scan_request(query_id: int, cache_id: int, page_size: int, partition: int) -> bytes:
     """``OP_QUERY_SCAN`` without filter. Not ``local``: a node that lost the primary forwards the query."""
-    return _SCAN.pack(_SCAN.size - 4, OP_QUERY_SCAN, query_id, cache_id, 0, TC_NULL, page_size, partition, 0)
+    return _SCAN.pack(_SCAN.size - 4, OP_QUERY_SCAN, query_id, cache_id, 0, NULL, page_size, partition, 0)
 
 
 def by_id_request(op: int, query_id: int, resource_id: int) -> bytes:
@@ -55,7 +56,7 @@ def parse_response(buf: bytearray, status_flags: bool) -> tuple[int, int, str | 
         if I32.unpack_from(buf, 12)[0] == 0:
             return 16, end, None
         pos = 16
-    if buf[pos] != TC_STRING:
+    if buf[pos] != STRING:
         return pos, end, "(no message)"
     return pos, end, bytes(buf[pos + 5:pos + 5 + I32.unpack_from(buf, pos + 1)[0]]).decode("utf-8", "replace")
 

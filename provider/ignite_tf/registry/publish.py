@@ -113,6 +113,26 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def _checked(model: str, version: str | None, metrics, saved_model_dir: str, checkpoint_dir: str | None,
+             tensorboard_dir: str | None) -> tuple[dict[str, float], dict[str, str | None]]:
+    """A publish's inputs checked before anything is written: (metrics as numbers, folder by part)."""
+    validate_name(model, "model name")
+    if version is not None:
+        validate_name(version, "version")
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"metrics must be a dict of metric name -> number (got {type(metrics).__name__})")
+    metrics = {str(k): as_number(v, f"metric {k!r}") for k, v in metrics.items()}
+    sources = {"saved_model": saved_model_dir, "checkpoint": checkpoint_dir, "tensorboard": tensorboard_dir}
+    sfs, spath = fsspec.core.url_to_fs(str(saved_model_dir))
+    if not any(sfs.exists(f"{spath}/{n}") for n in ("saved_model.pb", "saved_model.pbtxt")):
+        raise ConfigError(f"saved_model_dir {saved_model_dir!r} holds no saved_model.pb: export the model "
+                          f"with model.save(<dir>) or tf.saved_model.save first")
+    for part, src in sources.items():
+        if src is not None and not (lambda fs, path: fs.isdir(path))(*fsspec.core.url_to_fs(str(src))):
+            raise ConfigError(f"{part}_dir {src!r} is not a directory (give the folder, or None to skip it)")
+    return metrics, sources
+
+
 class ModelRegistry(RegistryStore):
     """Published versions of models under ``root``: the store's read side, plus publishing.
 
@@ -140,33 +160,13 @@ class ModelRegistry(RegistryStore):
         :param ignite_version: the Ignite cluster's version, recorded in the metadata.
         :raises ConfigError: invalid names or metrics, missing SavedModel, or an existing ``version``.
         """
-        validate_name(model, "model name")
-        if version is not None:
-            validate_name(version, "version")
-        if not isinstance(metrics, dict):
-            raise ConfigError(f"metrics must be a dict of metric name -> number (got {type(metrics).__name__})")
-        metrics = {str(k): as_number(v, f"metric {k!r}") for k, v in metrics.items()}
+        metrics, sources = _checked(model, version, metrics, saved_model_dir, checkpoint_dir, tensorboard_dir)
         gate = gate if gate is not None else BlessingGate()
-        sources = {"saved_model": saved_model_dir, "checkpoint": checkpoint_dir, "tensorboard": tensorboard_dir}
-        sfs, spath = fsspec.core.url_to_fs(str(saved_model_dir))
-        if not any(sfs.exists(f"{spath}/{n}") for n in ("saved_model.pb", "saved_model.pbtxt")):
-            raise ConfigError(f"saved_model_dir {saved_model_dir!r} holds no saved_model.pb: export the model "
-                              f"with model.save(<dir>) or tf.saved_model.save first")
-        for part, src in sources.items():
-            if src is not None and not (lambda fs, path: fs.isdir(path))(*fsspec.core.url_to_fs(str(src))):
-                raise ConfigError(f"{part}_dir {src!r} is not a directory (give the folder, or None to skip it)")
-
         with self._lock(model):
             recovered = self._recover(model)
             pointer = self._pointer(model)
             previous = self.production(model)
-            existing = self._dirs(self._path(model))
-            if version is None:
-                last = max((int(m.group(1)) for n in existing if (m := _AUTO.fullmatch(n))), default=0)
-                version = f"v{last + 1:04d}"
-            elif version in existing:
-                raise ConfigError(f"version {version!r} of model {model!r} already exists in {self.url}: versions "
-                                  f"are never overwritten; pass another version, or none for the next vNNNN")
+            version = self._new_version(model, version)
             reasons, compared = gate.evaluate(
                 metrics, self.metadata(model, previous)["metrics"] if previous else None, previous)
             final = self._path(model, version)
@@ -185,20 +185,36 @@ class ModelRegistry(RegistryStore):
                          "comparisons": compared, "pointer_generation": (pointer or {}).get("generation", 0),
                          "config": gate.to_dict()},
             }
-            self._write(f"{target}/{METADATA}", json.dumps(meta, indent=2, sort_keys=True).encode())
-            _crash("metadata_written")
-            self._write(f"{target}/{COMPLETE}", b"")
-            _crash("marker_written")
-            if self.local:
-                fsync_path(target, directory=True)
-                os.rename(target, final)  # fails rather than replace: version folders are never empty
-                fsync_path(self._path(model), directory=True)
-            _crash("renamed")
+            self._complete_version(model, target, final, meta)
             if not reasons:
                 self._set_pointer(model, version, pointer, "blessed by the gate at publish")
                 _crash("promoted")
         return PublishResult(model, version, final if self.local else self.fs.unstrip_protocol(final),
                              "candidate" if reasons else "production", reasons, previous, recovered)
+
+    def _new_version(self, model: str, version: str | None) -> str:
+        """``version`` when it is new, else ConfigError; None: the next ``vNNNN``."""
+        existing = self._dirs(self._path(model))
+        if version is None:
+            last = max((int(m.group(1)) for n in existing if (m := _AUTO.fullmatch(n))), default=0)
+            return f"v{last + 1:04d}"
+        if version in existing:
+            raise ConfigError(f"version {version!r} of model {model!r} already exists in {self.url}: versions "
+                              f"are never overwritten; pass another version, or none for the next vNNNN")
+        return version
+
+    def _complete_version(self, model: str, target: str, final: str, meta: dict) -> None:
+        """Write the metadata and the completion marker into ``target``; a local one is then renamed to ``final``
+        (an object store has no rename: there the marker is what makes the version exist)."""
+        self._write(f"{target}/{METADATA}", json.dumps(meta, indent=2, sort_keys=True).encode())
+        _crash("metadata_written")
+        self._write(f"{target}/{COMPLETE}", b"")
+        _crash("marker_written")
+        if self.local:
+            fsync_path(target, directory=True)
+            os.rename(target, final)  # fails rather than replace: version folders are never empty
+            fsync_path(self._path(model), directory=True)
+        _crash("renamed")
 
     def _set_pointer(self, model: str, version: str, pointer: dict | None, reason: str) -> None:
         generation = (pointer or {}).get("generation", 0) + 1

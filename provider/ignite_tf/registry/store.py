@@ -18,14 +18,10 @@ import uuid
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.errors import ConfigError, VersionNotFoundError
 
 COMPLETE, METADATA, POINTER, STAGING, LOCK = "_COMPLETE", "metadata.json", "PRODUCTION", ".staging", ".lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-class VersionNotFoundError(IgniteTFError, LookupError):
-    """The model or version asked for is not in the registry (or is not complete)."""
 
 
 def validate_name(value, what: str) -> str:

@@ -44,7 +44,7 @@ def columns(plan, label: str | None, features: list[str] | None, conn=None) -> t
     """(feature names, label name, label dtype) of the plan's cache; numeric columns only."""
     if not label:
         raise ConfigError("no label column: pass label=... (--label), the column the model predicts")
-    names, label_name, dtypes, _ = itd._columns(plan, conn, label, features, False)
+    names, label_name, dtypes, _ = itd.cache_columns(plan, conn, label, features)
     bad = [n for n in [*names, label_name] if np.dtype(dtypes[n]).kind not in "fiub"]
     if bad:
         raise ConfigError(f"column(s) {bad} of cache '{plan.partition_map.cache}' are not numeric: the runtime "
@@ -58,7 +58,7 @@ def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
     None for a label that is not an integer, a cache without an SQL table, or no connection; the model
     function then needs ``n_classes`` from its model arguments.
     """
-    from ignite_tf.connection import IgniteConnectionConfig
+    from ignite_tf.connection import IgniteConnectionConfig, sql
 
     conn = conn or IgniteConnectionConfig.from_env()
     if conn is None or np.dtype(label_dtype).kind not in "iu":
@@ -66,19 +66,16 @@ def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
     cache = plan.partition_map.cache
     client = conn.client()
     try:
-        with client.sql("SELECT SCHEMA_NAME, TABLE_NAME FROM SYS.TABLES WHERE CACHE_NAME = ?",
-                        query_args=[cache]) as cursor:
-            tables = list(cursor)
+        tables = sql(client, "SELECT SCHEMA_NAME, TABLE_NAME FROM SYS.TABLES WHERE CACHE_NAME = ?", [cache])
         if not tables:
             return None
         schema, table = tables[0]
-        with client.sql("SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? AND TABLE_NAME = ?",
-                        query_args=[schema, table]) as cursor:
-            column = next((r[0] for r in cursor if r[0].lower() == label.lower()), None)
+        columns = sql(client, "SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? AND TABLE_NAME = ?",
+                      [schema, table])
+        column = next((r[0] for r in columns if r[0].lower() == label.lower()), None)
         if column is None:
             return None
-        with client.sql(f'SELECT MIN("{column}"), MAX("{column}") FROM "{schema}"."{table}"') as cursor:
-            low, high = next(iter(cursor))
+        (low, high), = sql(client, f'SELECT MIN("{column}"), MAX("{column}") FROM "{schema}"."{table}"')
     finally:
         client.close()
     if high is None:

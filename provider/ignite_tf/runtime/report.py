@@ -1,7 +1,7 @@
 """Per-epoch reporting of the worker runtime: a log line, the cluster state, TensorBoard scalars.
 
-``train`` in :mod:`ignite_tf.runtime.train` adds the callback ``make_reporter`` builds to ``fit``. TensorFlow and
-tf_keras are passed in (the runtime imports them), so importing this module imports neither.
+``train`` in :mod:`ignite_tf.runtime.train` gives ``fit`` an ``EpochReporter``'s callback. TensorFlow and tf_keras
+are passed in (the runtime imports them), so importing this module imports neither.
 """
 
 from __future__ import annotations
@@ -19,80 +19,98 @@ if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
 
 
-def make_reporter(tf, tf_keras, info: TaskInfo, epochs: int, steps: int, examples_per_step: int, tb_dir: Path):
+class EpochReporter:
     """On the chief, per epoch: a log line, the same dict to the cluster state, TensorBoard scalars.
 
+    Every task keeps its last epoch's metrics in ``last``. ``callback(tf_keras)`` is what ``fit`` is given.
     TensorFlow 2.21 no longer installs the ``tensorboard`` package that Keras' TensorBoard callback needs,
     so the scalars are written with core ``tf.summary.write`` under the metadata TensorBoard's scalar
     plugin reads (``<tb_dir>/train``, tags ``epoch_loss``, ``epoch_accuracy``... as Keras names them).
     """
-    from tensorflow.core.framework import summary_pb2
 
-    scalar = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR)
-    hidden = ("epoch", "epochs", "examples_per_s", "epoch_s", "steps", "attempt", "time")
+    HIDDEN = ("epoch", "epochs", "examples_per_s", "epoch_s", "steps", "attempt", "time")  # not in the log line
+    NOT_SCALARS = ("epoch", "epochs", "steps", "attempt", "time")
 
-    class EpochReporter(tf_keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.last: dict[str, Any] = {}
-            self._t0 = time.monotonic()
-            self._store = self._writer = None
-            self._epoch = 0
-            # Batch logs stay tensors: reading them each step would synchronise every step.
-            self._supports_tf_logs = True
-            self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
-            if info.is_chief and self._cluster_id:
-                from ignite_tf.cluster.state import store_from_env
+    def __init__(self, tf, info: TaskInfo, epochs: int, steps: int, examples_per_step: int, tb_dir: Path):
+        from tensorflow.core.framework import summary_pb2
 
-                self._store = store_from_env()
+        self.tf, self.info, self.epochs, self.steps = tf, info, epochs, steps
+        self.examples_per_step, self.tb_dir = examples_per_step, tb_dir
+        self.scalar = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+            data_class=summary_pb2.DATA_CLASS_SCALAR)
+        self.last: dict[str, Any] = {}
+        self._t0 = time.monotonic()
+        self._store = self._writer = None
+        self._epoch = 0
+        self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
+        if info.is_chief and self._cluster_id:
+            from ignite_tf.cluster.state import store_from_env
 
-        def on_train_begin(self, logs=None):
-            if info.is_chief:
-                self._writer = tf.summary.create_file_writer(str(tb_dir / "train"))
+            self._store = store_from_env()
 
-        def on_train_end(self, logs=None):
-            if self._writer is not None:
-                self._writer.close()
+    def callback(self, tf_keras):
+        """This reporter as a tf_keras callback. Batch logs stay tensors (``_supports_tf_logs``): reading them
+        each step would synchronise every step."""
+        return tf_keras.callbacks.LambdaCallback(
+            on_train_begin=self.on_train_begin, on_train_end=self.on_train_end, on_epoch_begin=self.on_epoch_begin,
+            on_epoch_end=self.on_epoch_end, on_train_batch_end=self.on_train_batch_end, _supports_tf_logs=True)
 
-        def on_epoch_begin(self, epoch, logs=None):
-            self._t0 = time.monotonic()
-            progress.report(f"epoch {epoch + 1} began", force=True)
-            self._epoch = epoch
+    def on_train_begin(self, logs=None):
+        if self.info.is_chief:
+            self._writer = self.tf.summary.create_file_writer(str(self.tb_dir / "train"))
 
-        def on_train_batch_end(self, batch, logs=None):
-            progress.report(f"epoch {self._epoch + 1} step {batch + 1}")
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
 
-        def on_epoch_end(self, epoch, logs=None):
-            seconds = time.monotonic() - self._t0
-            metrics: dict[str, Any] = {"epoch": epoch + 1, "epochs": epochs}
-            for key, value in (logs or {}).items():
-                try:
-                    metrics[key] = round(float(value), 6)
-                except (TypeError, ValueError):
-                    continue
-            metrics.update({"examples_per_s": round(steps * examples_per_step / max(seconds, 1e-9), 1),
-                            "epoch_s": round(seconds, 3), "steps": steps,
-                            "attempt": int(os.environ.get(ENV_ATTEMPT, "0") or 0), "time": round(time.time(), 3)})
-            self.last = metrics
-            if not info.is_chief:
-                return
-            shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k not in hidden)
-            print(f"epoch {epoch + 1}/{epochs} {shown} examples/s={metrics['examples_per_s']:.0f} "
-                  f"epoch_s={seconds:.1f}", flush=True)
-            if self._writer is not None:
-                with self._writer.as_default():
-                    for key, value in metrics.items():
-                        if key not in ("epoch", "epochs", "steps", "attempt", "time"):
-                            tf.summary.write(f"epoch_{key}", tf.constant(value, tf.float32), step=epoch,
-                                             metadata=scalar)
-                self._writer.flush()
-            if self._store is not None:
-                try:
-                    self._store.add_epoch(self._cluster_id, metrics)
-                except Exception as exc:  # noqa: BLE001 - metrics must never stop training
-                    print(f"warning: could not report epoch {epoch + 1} to {self._store.describe()}: {exc}",
-                          file=sys.stderr, flush=True)
+    def on_epoch_begin(self, epoch, logs=None):
+        self._t0 = time.monotonic()
+        progress.report(f"epoch {epoch + 1} began", force=True)
+        self._epoch = epoch
 
-    return EpochReporter()
+    def on_train_batch_end(self, batch, logs=None):
+        progress.report(f"epoch {self._epoch + 1} step {batch + 1}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.monotonic() - self._t0
+        self.last = metrics = self.metrics(epoch, logs, seconds)
+        if not self.info.is_chief:
+            return
+        shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k not in self.HIDDEN)
+        print(f"epoch {epoch + 1}/{self.epochs} {shown} examples/s={metrics['examples_per_s']:.0f} "
+              f"epoch_s={seconds:.1f}", flush=True)
+        self.write_scalars(epoch, metrics)
+        self.report_to_state(epoch, metrics)
+
+    def metrics(self, epoch: int, logs: dict | None, seconds: float) -> dict[str, Any]:
+        """The epoch's numbers: Keras' logs plus throughput, duration, steps, attempt and time."""
+        metrics: dict[str, Any] = {"epoch": epoch + 1, "epochs": self.epochs}
+        for key, value in (logs or {}).items():
+            try:
+                metrics[key] = round(float(value), 6)
+            except (TypeError, ValueError):
+                continue
+        metrics.update({"examples_per_s": round(self.steps * self.examples_per_step / max(seconds, 1e-9), 1),
+                        "epoch_s": round(seconds, 3), "steps": self.steps,
+                        "attempt": int(os.environ.get(ENV_ATTEMPT, "0") or 0), "time": round(time.time(), 3)})
+        return metrics
+
+    def write_scalars(self, epoch: int, metrics: dict[str, Any]) -> None:
+        if self._writer is None:
+            return
+        tf = self.tf
+        with self._writer.as_default():
+            for key, value in metrics.items():
+                if key not in self.NOT_SCALARS:
+                    tf.summary.write(f"epoch_{key}", tf.constant(value, tf.float32), step=epoch, metadata=self.scalar)
+        self._writer.flush()
+
+    def report_to_state(self, epoch: int, metrics: dict[str, Any]) -> None:
+        if self._store is None:
+            return
+        try:
+            self._store.add_epoch(self._cluster_id, metrics)
+        except Exception as exc:  # noqa: BLE001 - metrics must never stop training
+            print(f"warning: could not report epoch {epoch + 1} to {self._store.describe()}: {exc}",
+                  file=sys.stderr, flush=True)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
-from ignite_tf.cluster.spec import ENV_MODE, Mode
+from ignite_tf.cluster.spec import ENV_MODE, Mode, read_tf_config
 from ignite_tf.errors import ConfigError
 
 
@@ -38,13 +36,7 @@ class TaskInfo:
 
 def task_info(mode: Mode | str | None = None, environ: dict[str, str] | None = None) -> TaskInfo:
     env = os.environ if environ is None else environ
-    raw = env.get("TF_CONFIG")
-    config: dict[str, Any] = {}
-    if raw:
-        try:
-            config = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+    config = read_tf_config(env)
     cluster = config.get("cluster") or {}
     task = config.get("task") or {}
     chosen = mode or env.get(ENV_MODE) or (Mode.ASYNC if "ps" in cluster else Mode.SYNC)

@@ -33,10 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import progress
-from ignite_tf.runtime.report import make_reporter
+from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.task import TaskInfo, task_info
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
@@ -171,7 +172,7 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
     """
     import ignite_tf.data as itd
-    from ignite_tf.runtime.feed import columns, feed_dataset_fn, label_classes, resume_point, sync_dataset
+    from ignite_tf.runtime.feed import columns
 
     info = task_info(mode)
     if info.serves:
@@ -187,46 +188,81 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     names, label_name, label_dtype = columns(plan, label, features)
     strat = strategy(info.mode)
-    if info.mode is Mode.ASYNC and info.type == "chief":
+    steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
+                                                  checkpoint_every_steps)
+    backup_dir = ckpt / RunFolder.BACKUP
+    start_epoch, start_step = _resume(backup_dir, steps, step_level, epochs, info)
+    model = _model(fn, strat, plan, label_name, label_dtype, {**(model_kwargs or {}), "learning_rate": learning_rate,
+                                                               "n_features": len(names)})
+    data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
+                    label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
+                    start_step=start_step, shuffle_buffer=shuffle_buffer)
+    reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
+    # Backup first: an epoch is reported only once it would survive a restart.
+    callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
+                 reporter.callback(tf_keras)]
+    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    model_dir = save_model(model, ckpt, info, {
+        "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
+        "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
+        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
+        "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()})
+    return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
+            "chief": info.is_chief}
+
+
+def _is_coordinator(info: TaskInfo) -> bool:
+    """The async chief: it trains on the workers' feeds through ParameterServerStrategy."""
+    return info.mode is Mode.ASYNC and info.type == "chief"
+
+
+def _model(fn, strat, plan, label: str, label_dtype, offered: dict[str, Any]):
+    """The model function's compiled model, built in the strategy's scope; ``n_classes`` from the label unless
+    the model arguments give it."""
+    if "n_classes" not in offered and _accepts(fn, "n_classes"):
+        from ignite_tf.runtime.feed import label_classes
+
+        offered["n_classes"] = label_classes(plan, label, label_dtype)
+    with strat.scope():
+        return build_model(fn, offered)
+
+
+def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_epoch: int | None,
+           checkpoint_every_steps: int | None) -> tuple[int, int, bool]:
+    """(steps per epoch, examples per step, whether backups are per step) of this task's ``fit``."""
+    import ignite_tf.data as itd
+
+    if _is_coordinator(info):
         steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
-        examples_per_step = batch_size
-        step_level = False  # tf_keras backs up PSS training per epoch only
-    else:
-        steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
-        examples_per_step = batch_size * strat.num_replicas_in_sync
-        step_level = bool(checkpoint_every_steps)
-    backup_dir = ckpt / "backup"
+        return steps, batch_size, False  # tf_keras backs up PSS training per epoch only
+    steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
+    return steps, batch_size * strat.num_replicas_in_sync, bool(checkpoint_every_steps)
+
+
+def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: TaskInfo) -> tuple[int, int]:
+    """(epoch, step) where ``fit`` resumes from BackupAndRestore's state in ``backup_dir`` ((0, 0): the start)."""
+    from ignite_tf.runtime.feed import resume_point
+
     start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
     if start_epoch >= epochs:
         start_epoch, start_step = epochs - 1, 0  # the backup is of the last epoch: fit ends at once
     if start_epoch or start_step:
         _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
+    return start_epoch, start_step
 
-    model_kwargs = dict(model_kwargs or {})
-    if "n_classes" not in model_kwargs and _accepts(fn, "n_classes"):
-        model_kwargs["n_classes"] = label_classes(plan, label_name, label_dtype)
-    with strat.scope():
-        model = build_model(fn, {**model_kwargs, "learning_rate": learning_rate, "n_features": len(names)})
-    if info.mode is Mode.ASYNC and info.type == "chief":
-        data = tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
-            n_features=len(names), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
-    else:
-        data = strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
-            plan=plan, batch_size=batch_size, label=label_name, features=names, epochs=epochs, steps=steps,
-            start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
-            input_context=ctx if info.type else None))
-    reporter = make_reporter(tf, tf_keras, info, epochs, steps, examples_per_step, tb_dir)
-    # Backup first: an epoch is reported only once it would survive a restart.
-    callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
-                 reporter]
-    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    info_json = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
-                 "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
-                 "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
-                 "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
-    model_dir = save_model(model, ckpt, info, info_json)
-    return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
-            "chief": info.is_chief}
+
+def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: str, features: list[str],
+             label_dtype, epochs: int, steps: int, start_epoch: int, start_step: int, shuffle_buffer: int):
+    """What ``fit`` reads: the async chief the workers' feeds, every other trainer its own shard."""
+    from ignite_tf.runtime.feed import feed_dataset_fn, sync_dataset
+
+    if _is_coordinator(info):
+        return tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
+            n_features=len(features), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
+    return strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
+        plan=plan, batch_size=batch_size, label=label, features=features, epochs=epochs, steps=steps,
+        start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
+        input_context=ctx if info.type else None))
 
 
 def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: dict[str, Any]) -> str | None:
@@ -239,7 +275,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
     started = time.monotonic()
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
-    final = ckpt / "model"
+    final = ckpt / RunFolder.MODEL
     if not info.is_chief:
         tmp = ckpt / f".model-{info.type}-{info.index}-{os.getpid()}"
         model.save(str(tmp), save_format="tf")

@@ -7,15 +7,17 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowException
+
+from ignite_tf.operators.base import WaitsForCluster
 
 
-class TFClusterSensor(BaseSensorOperator):
+class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     """Succeeds with the cluster's final metrics; fails with the exit reason and the chief's last lines.
 
     :param cluster_id: the cluster (templated, e.g. ``{{ ti.xcom_pull('train', key='cluster_id') }}``).
     :param ignite_conn_id: connection whose Ignite holds the cluster state.
     :param deferrable: wait in the triggerer (default).
+    :param poll_interval: seconds between state polls (also the ``poke_interval`` when not deferred).
     """
 
     template_fields: Sequence[str] = ("cluster_id",)
@@ -39,17 +41,10 @@ class TFClusterSensor(BaseSensorOperator):
     def poke(self, context) -> Any:
         from airflow.sdk.bases.sensor import PokeReturnValue
 
-        from ignite_tf.triggers.tf_cluster import event_for, launcher_for
+        from ignite_tf.hooks.tf_cluster import event_for, launcher_for
 
         launcher = launcher_for(self.ignite_conn_id, None)
         state, alive = launcher.settled(self.cluster_id)
         if not alive:
             return PokeReturnValue(True, self.execute_complete(context, event_for(state, launcher)))
         return False
-
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") != "success":
-            raise AirflowException(
-                f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
-                f"last lines of the chief's output:\n{event.get('tail', '')}")
-        return event["summary"]

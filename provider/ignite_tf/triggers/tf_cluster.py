@@ -15,6 +15,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ignite_tf.hooks.tf_cluster import event_for, launcher_for
+
+__all__ = ["TFClusterTrigger", "event_for", "launcher_for"]  # the helpers' old home
+
 
 class TFClusterTrigger(BaseTrigger):
     """Fires once the cluster ``cluster_id`` has ended.
@@ -71,30 +75,3 @@ class TFClusterTrigger(BaseTrigger):
         self.log.info("task killed by a user: stopping TensorFlow cluster %s", self.cluster_id)
         await asyncio.to_thread(self.launcher.stop, self.cluster_id)
 
-
-def launcher_for(ignite_conn_id: str | None, state_dir: str | None):
-    from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import LocalStateStore
-
-    conn = None
-    if ignite_conn_id:
-        from ignite_tf.hooks.ignite import IgniteHook
-
-        conn = IgniteHook(ignite_conn_id).get_config()
-    store = LocalStateStore(state_dir) if state_dir else None
-    return make_launcher(conn, store=store)
-
-
-def event_for(state, launcher) -> dict[str, Any]:
-    """The trigger's event for a cluster that has ended (or lost its supervisor)."""
-    from ignite_tf.cluster.state import Status
-
-    ok = state.status is Status.SUCCEEDED
-    reason = state.reason or ("supervisor lost" if not state.status.final else state.status.value)
-    return {
-        "status": "success" if ok else "error",
-        "cluster_id": state.cluster_id,
-        "message": reason,
-        "summary": state.summary(),
-        "tail": "" if ok else launcher.tail(state.cluster_id, 30),
-    }

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.connection import sql
+from ignite_tf.errors import ConfigError, ValidationFailed
 from ignite_tf.jsonable import jsonable
 from ignite_tf.validation.suite import ExpectationSpec, Suite, coerce_suite
 
@@ -27,14 +28,6 @@ RECOMBINED = {"expect_column_mean_to_be_between": "mean", "expect_column_min_to_
 SAMPLE_ROWS = 5
 # A GROUP BY over a large table can take minutes; the connection's own timeout is for short requests.
 SQL_TIMEOUT = 600.0
-
-
-class ValidationFailed(IgniteTFError):
-    """The data did not meet its suite; ``summary`` is the full :class:`ValidationSummary`."""
-
-    def __init__(self, message: str, summary: ValidationSummary):
-        super().__init__(message)
-        self.summary = summary
 
 
 @dataclass
@@ -283,17 +276,13 @@ def unique_over_cache(conn, cache: str, spec: ExpectationSpec, per_shard) -> Che
                          failing_shards=[s.shard for s, e in per_shard if e.unexpected_count])
     client = dataclasses.replace(conn, timeout=max(conn.timeout, SQL_TIMEOUT)).client()
     try:
-        def sql(query: str, args: list | None = None) -> list[list]:
-            with client.sql(query, query_args=args) as cursor:
-                return [list(r) for r in cursor]
-
-        tables = sql("SELECT SCHEMA_NAME, TABLE_NAME, KEY_ALIAS FROM SYS.TABLES WHERE CACHE_NAME = ?", [cache])
+        tables = sql(client, "SELECT SCHEMA_NAME, TABLE_NAME, KEY_ALIAS FROM SYS.TABLES WHERE CACHE_NAME = ?", [cache])
         if not tables:
             check = _merge_one(spec, per_shard, per_shard[0][0].key_column if per_shard else "key", False)
             check.detail += f" (within each shard only: cache {cache!r} has no SQL table to check it as a whole)"
             return check
         schema, table, key_alias = tables[0]
-        names = {r[0].lower(): r[0] for r in sql("SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? "
+        names = {r[0].lower(): r[0] for r in sql(client, "SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? "
                                                  "AND TABLE_NAME = ?", [schema, table])}
         if col not in names:
             check.error = check.detail = f"table {table} has no column {col!r} (columns: {', '.join(names)})"
@@ -303,13 +292,13 @@ def unique_over_cache(conn, cache: str, spec: ExpectationSpec, per_shard) -> Che
             return check
         c, t, k = f'"{names[col]}"', f'"{schema}"."{table}"', f'"{key_alias or "_KEY"}"'
         groups = f"SELECT {c} v, COUNT(*) n FROM {t} WHERE {c} IS NOT NULL GROUP BY {c} HAVING COUNT(*) > 1"
-        (dup_values, dup_rows), = sql(f"SELECT COUNT(*), SUM(n) FROM ({groups})")
-        (nonnull,), = sql(f"SELECT COUNT({c}) FROM {t}")
-        examples = sql(f"{groups} LIMIT {SAMPLE_ROWS}") if dup_values else []
+        (dup_values, dup_rows), = sql(client, f"SELECT COUNT(*), SUM(n) FROM ({groups})")
+        (nonnull,), = sql(client, f"SELECT COUNT({c}) FROM {t}")
+        examples = sql(client, f"{groups} LIMIT {SAMPLE_ROWS}") if dup_values else []
         keys: dict = {}
         if examples:
             query = f"SELECT {c}, {k} FROM {t} WHERE {c} IN ({','.join('?' * len(examples))}) LIMIT 100"
-            for value, key in sql(query, [v for v, _ in examples]):
+            for value, key in sql(client, query, [v for v, _ in examples]):
                 keys.setdefault(value, []).append(jsonable(key))
     except Exception as exc:  # noqa: BLE001 - any failure (timeout, SQL error, lost node) fails the check
         check.error = f"{exc.__class__.__name__}: {exc}"

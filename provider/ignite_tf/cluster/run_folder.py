@@ -1,0 +1,92 @@
+"""RunFolder: the files of one TensorFlow cluster run, named in one place.
+
+Every part of ignite-tf that writes or reads a run's files (the launcher, the supervisor, the spec's task
+environment, the runtime that saves the model, the publish operator) takes its paths from here::
+
+    <run root>/<cluster id>/
+        cluster.json            the ClusterSpec the supervisor runs
+        shard_plan.json         the ShardPlan the workers read by
+        job/                    a zipped job, unpacked
+        logs/<task>.log         each task's output (the chief's is the job's output)
+        logs/supervisor.log     the supervisor's own output
+        progress/<task>.json    each task's last progress report (the watchdog's input)
+        tasks/<task>/           each runtime task's working directory (async workers' feeds)
+        checkpoints/backup/     BackupAndRestore's state (a restarted cluster resumes from it)
+        checkpoints/model/      the trained SavedModel, written by the chief
+        tensorboard/            TensorBoard event files
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_run_root() -> Path:
+    """Where run folders go: ``IGNITE_TF_RUN_ROOT``, else ``~/.cache/ignite-tf/runs``."""
+    return Path(os.environ.get("IGNITE_TF_RUN_ROOT", Path.home() / ".cache" / "ignite-tf" / "runs"))
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The layout of one run's folder ``path`` (see the module docstring)."""
+
+    path: Path
+
+    # Inside a checkpoint directory (the runtime may be given one outside the run folder).
+    BACKUP = "backup"
+    MODEL = "model"
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of(cls, cluster_id: str, root: str | Path | None = None) -> RunFolder:
+        """The run folder of ``cluster_id`` under ``root`` (default :func:`default_run_root`)."""
+        return cls(Path(root or default_run_root()) / cluster_id)
+
+    @property
+    def spec(self) -> Path:
+        return self.path / "cluster.json"
+
+    @property
+    def shard_plan(self) -> Path:
+        return self.path / "shard_plan.json"
+
+    @property
+    def job(self) -> Path:
+        return self.path / "job"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.logs / "supervisor.log"
+
+    def log(self, task_name: str) -> Path:
+        return self.logs / f"{task_name}.log"
+
+    def progress(self, task_name: str) -> Path:
+        return self.path / "progress" / f"{task_name}.json"
+
+    def task_dir(self, task_name: str) -> Path:
+        return self.path / "tasks" / task_name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def backup(self) -> Path:
+        return self.checkpoints / self.BACKUP
+
+    @property
+    def model(self) -> Path:
+        return self.checkpoints / self.MODEL
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"

@@ -1,0 +1,50 @@
+"""The TensorFlow clusters an Airflow task starts or waits for: their launcher from an Ignite connection id,
+and how a cluster's end becomes a trigger event and then the task's result.
+
+The TFClusterOperator, the TFClusterSensor and the TFClusterTrigger share these, so the three agree on what
+an ended cluster looks like.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None):
+    """The launcher of the clusters whose state the connection's Ignite holds (``state_dir``: a local store)."""
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.cluster.state import LocalStateStore
+
+    conn = None
+    if ignite_conn_id:
+        from ignite_tf.hooks.ignite import IgniteHook
+
+        conn = IgniteHook(ignite_conn_id).get_config()
+    store = LocalStateStore(state_dir) if state_dir else None
+    return make_launcher(conn, store=store)
+
+
+def event_for(state, launcher) -> dict[str, Any]:
+    """The trigger's event for a cluster that has ended (or lost its supervisor)."""
+    from ignite_tf.cluster.state import Status
+
+    ok = state.status is Status.SUCCEEDED
+    reason = state.reason or ("supervisor lost" if not state.status.final else state.status.value)
+    return {
+        "status": "success" if ok else "error",
+        "cluster_id": state.cluster_id,
+        "message": reason,
+        "summary": state.summary(),
+        "tail": "" if ok else launcher.tail(state.cluster_id, 30),
+    }
+
+
+def result_of(event: dict[str, Any]) -> dict[str, Any]:
+    """The cluster's summary from its event; AirflowException with the reason and the chief's last lines."""
+    from airflow.sdk.exceptions import AirflowException
+
+    if event.get("status") != "success":
+        raise AirflowException(
+            f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
+            f"last lines of the chief's output:\n{event.get('tail', '')}")
+    return event["summary"]
