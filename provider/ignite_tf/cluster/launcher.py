@@ -152,7 +152,7 @@ class LocalLauncher(Launcher):
         proc.kill()
         raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
 
-    def supervisor_command(self, spec_path: Path) -> list[str]:
+    def supervisor_command(self, spec_path) -> list[str]:
         return [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)]
 
     def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.k8s.settings import KubernetesSettings
 from ignite_tf.cluster.launcher import LocalLauncher
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore
 from ignite_tf.errors import ConfigError
@@ -95,7 +96,7 @@ class KubernetesLauncher(LocalLauncher):
             "image": self.settings.image or default_image()}, indent=2))
         return super().launch(spec, timeout)
 
-    def supervisor_command(self, spec_path: Path) -> list[str]:
+    def supervisor_command(self, spec_path) -> list[str]:
         return [sys.executable, "-m", "ignite_tf.cluster.k8s.supervisor", str(spec_path),
                 str(spec_path.parent / "k8s.json")]
 
@@ -110,7 +111,7 @@ def _share_job_dir(spec: ClusterSpec, run_dir: Path) -> None:
     job_dir = spec.job.get("job_dir")
     if not job_dir or Path(job_dir).resolve().is_relative_to(run_dir.resolve()):
         return
-    target = run_dir / "job"
+    target = RunFolder(run_dir).job
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(job_dir, target, ignore=shutil.ignore_patterns("__pycache__", ".git"))
     spec.job = {**spec.job, "job_dir": str(target)}
