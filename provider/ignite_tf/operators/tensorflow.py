@@ -106,7 +106,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         from ignite_tf.cluster.api import make_launcher, start_cluster
         from ignite_tf.plan.shards import ShardPlan
 
-        launcher = make_launcher(self.conn, kind=self.launcher, kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
+        launcher = make_launcher(self.conn, kind=self.launcher,
+                                 kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
         try_number = context["ti"].try_number
         if try_number and try_number > 1:
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
