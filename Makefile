@@ -25,7 +25,7 @@ setup: $(STAMP)
 $(STAMP): requirements/lock.txt pyproject.toml
 	@test -x .venv/bin/python || python3 -m venv .venv
 	@test -x $(UV) || .venv/bin/pip install -q uv==0.13.8
-	$(UV) pip sync -q --python $(PY) requirements/lock.txt
+	$(UV) pip sync -q --compile-bytecode --python $(PY) requirements/lock.txt
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	$(PY) -m ignite_tf.dev.ignite fetch
 	@touch $(STAMP)

@@ -16,7 +16,10 @@ error or Ctrl-C), then times, side by side in the same process:
                   ``TFClusterOperator.job``), mode, workers, shard plan settings and restarts, from the call
                   to the cluster's final state (the time its supervisor recorded it);
   overhead_ratio  dag_s / direct_s (target: at most 1.25 for a training of about two minutes);
-  stages          seconds per DAG task (task start to end; the mapped validate tasks summed).
+  stages          seconds per DAG task (task start to end; the mapped validate tasks summed);
+  after_last_epoch_s  median over all runs (DAG and direct) of the time from the chief's last epoch report to
+                  the cluster's final state, split by the chief's ``timing:`` lines into fit_end_s (``fit``
+                  returning), save_s (the SavedModel) and exit_s (the tasks ending; target: at most 2 s).
 
 The table adds ``train / direct``: the DAG's train stage over direct_s, what orchestration (operator,
 deferral, trigger polls) adds to the training itself. Both runs get the same epochs, batch size, learning
@@ -49,6 +52,7 @@ WORKERS = 2
 BATCH = 32
 LEARNING_RATE = 0.02
 WAIT_TIMEOUT_S = 1800.0
+PHASES = ("startup_s", "epochs_s", "after_last_epoch_s", "fit_end_s", "save_s", "exit_s")
 
 
 def say(msg: str, quiet: bool) -> None:
@@ -77,8 +81,9 @@ def dag_run(dag, conf: dict, quiet: bool, conn=None) -> dict:
     from ignite_tf.cluster.api import make_launcher
 
     state = make_launcher(conn).find(train["cluster_id"]) if conn is not None and train.get("cluster_id") else None
+    log = make_launcher(conn).output(train["cluster_id"])[0] if state else ""
     return {"seconds": seconds, "stages": stages, "cluster_s": train.get("seconds"),
-            "metrics": train.get("metrics", {}), "phases": phases(state) if state else {}}
+            "metrics": train.get("metrics", {}), "phases": {**phases(state), **end_split(state, log)} if state else {}}
 
 
 def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
@@ -116,18 +121,32 @@ def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: 
     if len(state.epochs) != conf["epochs"]:
         raise RuntimeError(f"direct cluster {cluster_id} ran {len(state.epochs)} epochs, not {conf['epochs']}")
     say(f"  direct: {seconds:.1f}s (cluster lifetime {state.age_s:.1f}s, {state.restarts} restart(s))", quiet)
-    return {"seconds": seconds, "cluster_s": state.age_s, "metrics": state.epochs[-1], "phases": phases(state)}
+    return {"seconds": seconds, "cluster_s": state.age_s, "metrics": state.epochs[-1],
+            "phases": {**phases(state), **end_split(state, launcher.output(cluster_id)[0])}}
 
 
 def phases(state) -> dict[str, float]:
     """A finished cluster's lifetime in three parts: start-up (to the first epoch's start), the epochs, and
-    the end (last epoch reported -> final state: saving the model, stopping the tasks)."""
+    after_last_epoch_s (last epoch reported -> final state: fit returning, saving the model, the tasks ending)."""
     epochs = state.epochs
     if not epochs or not state.finished_at:
         return {}
     epochs_s = sum(float(e.get("epoch_s", 0.0)) for e in epochs)
     end_s = state.finished_at - float(epochs[-1].get("time", state.finished_at))
-    return {"startup_s": state.age_s - epochs_s - end_s, "epochs_s": epochs_s, "end_s": end_s}
+    return {"startup_s": state.age_s - epochs_s - end_s, "epochs_s": epochs_s, "after_last_epoch_s": end_s}
+
+
+def end_split(state, chief_log: str) -> dict[str, float]:
+    """after_last_epoch_s in three, from the chief's ``timing: <name> at <time>`` lines (ignite_tf.runtime.timeline):
+    fit_end_s (last epoch reported -> ``fit`` returned), save_s (-> model saved), exit_s (-> final state)."""
+    from ignite_tf.runtime.timeline import marks as read_marks
+
+    marks = read_marks(chief_log)
+    if not state.epochs or not state.finished_at or not {"fit_end", "saved"} <= marks.keys():
+        return {}
+    last = float(state.epochs[-1].get("time", state.finished_at))
+    return {"fit_end_s": marks["fit_end"] - last, "save_s": marks["saved"] - marks["fit_end"],
+            "exit_s": state.finished_at - marks["saved"]}
 
 
 def stop_leftovers(conn) -> list[str]:
@@ -199,6 +218,8 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
     result["direct_s"] = statistics.median(d["seconds"] for d in directs)
     result["overhead_ratio"] = result["dag_s"] / result["direct_s"]
     result["stages"] = {name: statistics.median(d["stages"].get(name, 0.0) for d in dags) for name in dags[0]["stages"]}
+    ends = [p["phases"]["after_last_epoch_s"] for p in dags + directs if "after_last_epoch_s" in p["phases"]]
+    result["after_last_epoch_s"] = statistics.median(ends) if ends else None
     result["_load_after"] = os.getloadavg()[0]
     return result
 
@@ -241,13 +262,19 @@ def table(r: dict) -> str:
                  f"vs direct {x['seconds']:.1f} (cluster {x['cluster_s']:.1f})"
                  for d, x in zip(r["_dags"], r["_directs"], strict=True)]
         lines.append("Each pair, seconds: " + "; ".join(pairs) + ".")
+    lines += ["", "| cluster lifetime (median s) | " + " | ".join(PHASES) + " |",
+              "|---|" + "---:|" * len(PHASES)]
     for label, runs_ in (("DAG", r["_dags"]), ("direct", r["_directs"])):
         parts = [p["phases"] for p in runs_ if p.get("phases")]
-        if parts:
-            lines.append(f"{label} cluster lifetime, median: start-up "
-                         f"{statistics.median(p['startup_s'] for p in parts):.1f}s, epochs "
-                         f"{statistics.median(p['epochs_s'] for p in parts):.1f}s, after the last epoch "
-                         f"{statistics.median(p['end_s'] for p in parts):.1f}s (model save, tasks stopped).")
+        cells = [statistics.median(p[k] for p in parts if k in p) if any(k in p for p in parts) else None
+                 for k in PHASES]
+        lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.1f}" for c in cells) + " |")
+    ends = [p["phases"]["after_last_epoch_s"] for p in r["_dags"] + r["_directs"]
+            if "after_last_epoch_s" in p.get("phases", {})]
+    if ends:
+        lines += ["", f"after_last_epoch_s = {r['after_last_epoch_s']:.1f} median of all runs "
+                     f"({', '.join(f'{e:.1f}' for e in ends)}; target <= 2): last epoch reported -> fit returned "
+                     f"(fit_end_s) -> model saved (save_s) -> the cluster's final state (exit_s)."]
     dm, xm = r["_dags"][-1]["metrics"], r["_directs"][-1]["metrics"]
     lines.append(f"Last epoch: DAG accuracy {dm.get('accuracy', float('nan')):.3f}, direct accuracy "
                  f"{xm.get('accuracy', float('nan')):.3f}.")
@@ -278,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(saved, 1)
         os.close(saved)
     if args.json:
-        print(json.dumps({k: result[k] for k in ("dag_s", "direct_s", "overhead_ratio", "stages")}))
+        print(json.dumps({k: result[k] for k in ("dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s")}
+                         | {"phases": {"dag": [d["phases"] for d in result["_dags"]],
+                                       "direct": [d["phases"] for d in result["_directs"]]}}))
     else:
         print(table(result))
     return 0

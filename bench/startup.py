@@ -5,12 +5,20 @@
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
   tf_import_s     a bare ``python -c "import tensorflow"`` subprocess (Keras 2 via TF_USE_LEGACY_KERAS=1,
-                  no GPU), median of 3: the floor under every task's start-up;
+                  no GPU), median of 3, with the Python bytecode cache the supervisor gives its tasks
+                  (``ignite_tf.cluster.bytecode``), filled by one untimed import first: the floor under every
+                  task's start-up, and what first_step_s is divided by; ``tf_import_cold_s``, the same import
+                  as this environment runs it (here ``PYTHONDONTWRITEBYTECODE=1`` and no bytecode in the
+                  virtual environment: TensorFlow's Python compiled at every import), is reported beside it;
   first_step_s    seconds from the ``start_cluster(...)`` call (discovery, shard plan, supervisor, tasks,
                   MultiWorkerMirroredStrategy, dataset, tracing) to the end of the chief's first training
                   batch, for 1, 2 and 3 local sync workers over a 6,000-row cache. The entry point
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
-                  the chief; each cluster trains one short epoch and must finish with nothing left running;
+                  the chief; each cluster trains one short epoch and must finish with nothing left running.
+                  The chief's ``timing:`` lines (``ignite_tf.runtime.timeline``) split it: to the runtime's
+                  start (discovery, plan, supervisor, Python), TF imported, strategy ready (TF_CONFIG, gRPC
+                  servers, every worker joined), fit started (plan, columns, model, dataset) and the first
+                  step (tracing, the first read, the step);
   steps_s_ignite  steps/s of ``tabular_classifier`` trained in THIS process (no cluster) on batches of 256
                   from ``ignite_tf.data.dataset(..., stack=True, cache=...)`` (one worker, whole cache);
   steps_s_memory  the same model, steps and batch size on the same rows from a NumPy array through
@@ -63,6 +71,7 @@ STARTUP_STEPS = 5
 WORKER_COUNTS = (1, 2, 3)  # 2 cores: at most 3 TF workers
 FIRST_STEP_TIMEOUT_S = 300.0
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"  # read by bench/startup_model.py
+SPLIT = ("runtime_started", "tf_imported", "strategy_ready", "fit_start")  # the chief's timeline, in order
 
 
 def say(msg: str, quiet: bool) -> None:
@@ -71,9 +80,18 @@ def say(msg: str, quiet: bool) -> None:
 
 
 # -- 1. bare TensorFlow import --------------------------------------------------------------------------------
-def tf_import_s(repeat: int = 3) -> tuple[float, list[float], float]:
-    """Median wall seconds of a bare import, the runs, and the median CPU seconds (user + sys) it burns."""
+def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tuple[float, list[float], float]:
+    """Median wall seconds of a bare import, the runs, and the median CPU seconds (user + sys) it burns.
+
+    ``cached``: with the tasks' bytecode cache, filled by an untimed import first (``fill``)."""
+    from ignite_tf.cluster.bytecode import with_bytecode_cache
+
     env = {**os.environ, **BENCH_ENV}
+    if cached:
+        env = with_bytecode_cache(env)
+    if cached and fill:
+        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times, cpu = [], []
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -135,9 +153,18 @@ def first_step(conn, workers: int, tmp: Path) -> dict:
     if left:
         raise RuntimeError(f"{workers}-worker cluster {cluster_id} left processes running: {left}")
     up = re.search(r"all \d+ tasks up after ([0-9.]+)s", log)
+    from ignite_tf.runtime.timeline import marks
+
+    moments = marks(log)
+    split, before = {}, t0_wall
+    for name in (*SPLIT, "first_step"):
+        at = float(text) if name == "first_step" else moments.get(name)
+        if at is not None:
+            split[name] = at - before
+            before = at
     return {"workers": workers, "first_step_s": first_s, "launched_s": launched_s,
             "tasks_up_s": float(up.group(1)) if up else None, "total_s": time.perf_counter() - t0,
-            "checked_pids": len(pids)}
+            "checked_pids": len(pids), "split": split}
 
 
 def _reap(pid: int) -> None:
@@ -164,10 +191,13 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds}
     if startup:
+        cold, cold_times, cold_cpu = tf_import_s(cached=False)
         median, times, cpu = tf_import_s()
-        result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu})
-        say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s "
-            f"(runs: {', '.join(f'{t:.2f}' for t in times)})", quiet)
+        result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu, "_tf_import_runs": times,
+                       "tf_import_cold_s": cold, "_tf_import_cold_cpu_s": cold_cpu, "_tf_import_cold_runs": cold_times})
+        say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s with the tasks' bytecode cache (runs: "
+            f"{', '.join(f'{t:.2f}' for t in times)}); {cold:.2f}s, {cold_cpu:.2f} CPU-s without (runs: "
+            f"{', '.join(f'{t:.2f}' for t in cold_times)})", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
         cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
@@ -182,7 +212,9 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
             for workers in WORKER_COUNTS if startup else ():
-                starts.append(first_step(conn, workers, tmp))
+                # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
+                adjacent = tf_import_s(repeat=1, fill=False)[0]
+                starts.append({**first_step(conn, workers, tmp), "tf_import_adjacent_s": adjacent})
                 s = starts[-1]
                 say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
                     f"after {s['launched_s']:.2f}s, all tasks listening {s['tasks_up_s']}s later)", quiet)
@@ -214,20 +246,32 @@ def table(r: dict) -> str:
         lines += [
             "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
             f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
-            "| sync workers | first step (s) | / tf_import_s | start_cluster returned (s) | all tasks listening (s) |",
-            "|---:|---:|---:|---:|---:|",
+            "| sync workers | first step (s) | / tf_import_s | / import just before | / tf_import_cold_s "
+            "| start_cluster returned (s) | all tasks listening (s) | "
+            + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " |",
+            "|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
         ]
         for s in r["_starts"]:
             up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
-            lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.1f}x "
-                         f"| {s['launched_s']:.2f} | {up} |")
+            split = " | ".join(f"{s['split'][n]:.2f}" if n in s.get("split", {}) else "-"
+                               for n in (*SPLIT, "first_step"))
+            lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
+                         f"| {s['first_step_s'] / s['tf_import_adjacent_s']:.2f}x "
+                         f"({s['tf_import_adjacent_s']:.1f}s) | {s['first_step_s'] / r['tf_import_cold_s']:.2f}x | {s['launched_s']:.2f} | {up} | {split} |")
         lines += [
             "",
             "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw "
-            "every task's TF server port answer.",
+            "every task's TF server port answer; 'import just before' divides by one bare import (bytecode cache) "
+            "timed right before that cluster; the '-> name' columns are the seconds from the moment before "
+            "to the chief's timeline mark (runtime_started: launch, supervisor, Python; tf_imported; "
+            "strategy_ready: TF_CONFIG, gRPC, all workers joined; fit_start: plan, columns, model, dataset; "
+            "first_step: tracing, first read, the step).",
             "",
-            f"tf_import_s (bare `python -c \"import tensorflow\"`, median of 3): {r['tf_import_s']:.2f} "
-            f"({r['_tf_import_cpu_s']:.1f} CPU-s each)",
+            f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of 3): "
+            f"{r['tf_import_s']:.2f} ({r['_tf_import_cpu_s']:.1f} CPU-s each; runs "
+            f"{', '.join(f'{t:.2f}' for t in r['_tf_import_runs'])}); tf_import_cold_s (as this environment "
+            f"imports it, compiling): {r['tf_import_cold_s']:.2f} ({r['_tf_import_cold_cpu_s']:.1f} CPU-s; runs "
+            f"{', '.join(f'{t:.2f}' for t in r['_tf_import_cold_runs'])})",
         ]
     warm = r.get("_jvm_warmup")
     lines += [
@@ -298,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
-            keys = ("tf_import_s", "first_step_s", *keys)
+            keys = ("tf_import_s", "tf_import_cold_s", "first_step_s", *keys)
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print(table(result))

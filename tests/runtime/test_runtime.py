@@ -371,6 +371,10 @@ def test_sync_two_workers_train_report_and_save(tabular, ignite_conn, tmp_path):
     predicted = model.predict(fresh[FEATURES].to_numpy(np.float32), verbose=0).argmax(axis=1)
     assert (predicted == fresh["label"].to_numpy()).mean() > 0.85
     assert not list((Path(spec.checkpoint_dir) / "backup").rglob("ckpt-*")), "backup left after success"
+    # Saved by the chief alone (no other worker's temporary save), and both tasks' output is complete.
+    assert not list(Path(spec.checkpoint_dir).glob(".model-*"))
+    assert re.search(r"^timing: fit_end at [0-9.]+\nmodel saved to .*\ntiming: saved at [0-9.]+$", chief_log, re.M)
+    assert "Traceback" not in other_log and "timing:" not in other_log
 
 
 def test_async_chief_two_workers_one_ps_each_worker_reads_its_own_feed(tabular, ignite_conn, tmp_path):

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from ignite_tf.cluster.bytecode import with_bytecode_cache
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
@@ -130,6 +131,7 @@ class Supervisor:
         env = minimal_env(os.environ, self.spec.pass_env)
         env.update(self.spec.task_env(task, self.attempt))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
+        env = with_bytecode_cache(env)
         with open(self.spec.log_path(task), "ab") as log:
             proc = subprocess.Popen(
                 self.command_for(self.spec, task), cwd=task_cwd(self.spec, task), env=env, stdin=subprocess.DEVNULL,

@@ -36,7 +36,7 @@ from typing import Any
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime import progress
+from ignite_tf.runtime import ending, progress, timeline
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.task import TaskInfo, task_info
 
@@ -182,18 +182,20 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     tf = import_tf()
     import tf_keras
 
+    timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     plan = itd.load_plan(plan)
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     names, label_name, label_dtype = columns(plan, label, features)
     strat = strategy(info.mode)
+    timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
                                                   checkpoint_every_steps)
     backup_dir = ckpt / RunFolder.BACKUP
     start_epoch, start_step = _resume(backup_dir, steps, step_level, epochs, info)
-    model = _model(fn, strat, plan, label_name, label_dtype, {**(model_kwargs or {}), "learning_rate": learning_rate,
-                                                               "n_features": len(names)})
+    offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
+    model = _model(fn, strat, plan, label_name, label_dtype, offered)  # adds n_classes to offered
     data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
                     label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
                     start_step=start_step, shuffle_buffer=shuffle_buffer)
@@ -201,12 +203,17 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     # Backup first: an epoch is reported only once it would survive a restart.
     callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
                  reporter.callback(tf_keras)]
+    timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    model_dir = save_model(model, ckpt, info, {
+    timeline.mark("fit_end", show=info.is_chief)
+    model_info = {
         "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
         "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
         "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
-        "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()})
+        "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
+    model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
+                                 save=lambda m: save_model(m, ckpt, info, model_info))
+    timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
             "chief": info.is_chief}
 
@@ -259,6 +266,7 @@ def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: s
     if _is_coordinator(info):
         return tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
             n_features=len(features), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
+    ending.quiet_device_datasets()
     return strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
         plan=plan, batch_size=batch_size, label=label, features=features, epochs=epochs, steps=steps,
         start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
@@ -282,7 +290,7 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
         shutil.rmtree(tmp, ignore_errors=True)
         return None
     tmp = ckpt / f".model-tmp-{os.getpid()}"
-    model.save(str(tmp), save_format="tf")
+    model.save(str(tmp), save_format="tf", **ending.save_options(model))
     (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
     old = ckpt / f".model-old-{os.getpid()}"
     if final.exists():
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
+        timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
             serve(epochs=args.epochs, batch_size=args.batch_size, label=args.label, features=features,
                   shuffle_buffer=args.shuffle_buffer)
@@ -349,10 +358,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_with(code: int) -> None:
-    """A failed task ends at once: TensorFlow's threads and exit handlers could otherwise hold it."""
-    if code:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """A task ends at once, its output flushed: TensorFlow's threads and exit handlers could otherwise hold it
+    (see ``ignite_tf.runtime.ending``)."""
+    ending.exit_now(code)
 

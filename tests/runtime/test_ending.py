@@ -1,0 +1,130 @@
+"""The end of a task (ignite_tf.runtime.ending): it exits with its code and its output, whatever TensorFlow
+leaves running; TensorFlow's per-device datasets get autotuning off; the model is saved by the chief alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HANG_GUARD_S = 120  # a task that does not end is a failure, however slow the machine: not a timing check
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+
+
+def test_exit_now_ends_despite_a_running_thread_and_keeps_the_output():
+    # A non-daemon thread that never ends and an exit handler that blocks: sys.exit would wait for both.
+    done = run_python("""
+        import atexit, threading, time, sys
+        from ignite_tf.runtime.ending import exit_now
+        threading.Thread(target=time.sleep, args=(3600,)).start()
+        atexit.register(time.sleep, 3600)
+        print("model saved", end="")
+        sys.stderr.write("last words")
+        exit_now(0)
+    """)
+    assert done.returncode == 0
+    assert done.stdout == "model saved" and done.stderr == "last words"
+
+
+def test_exit_now_keeps_a_failure_code():
+    done = run_python("""
+        import threading, time
+        from ignite_tf.runtime.ending import exit_now
+        threading.Thread(target=time.sleep, args=(3600,)).start()
+        print("failed")
+        exit_now(3)
+    """)
+    assert done.returncode == 3 and done.stdout == "failed\n"
+
+
+def test_runtime_main_exits_with_its_code():
+    # A training task without an entry point: a configuration error, exit code 2, the message on stderr.
+    done = subprocess.run([sys.executable, "-m", "ignite_tf.runtime", "--epochs", "1", "--label", "label"],
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 2
+    assert "error: --entry-point module:function is required" in done.stderr
+
+
+def test_timing_marks_are_lines_bench_e2e_reads():
+    done = run_python("""
+        from ignite_tf.runtime.timeline import mark
+        mark("fit_end")
+        mark("hidden", show=False)
+    """)
+    from ignite_tf.runtime.timeline import marks
+
+    assert done.stdout.count("\n") == 1 and list(marks(done.stdout)) == ["fit_end"]
+    assert marks("timing: x at 1.5\nepoch 1/2\ntiming: x at 2.5\ntiming: y at 3") == {"x": 2.5, "y": 3.0}
+
+
+@pytest.mark.integration
+def test_device_datasets_are_built_without_autotuning():
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    from ignite_tf.runtime.ending import quiet_device_datasets
+
+    original = mdi._create_device_dataset
+    try:
+        mdi._create_device_dataset = lambda *args, **kwargs: tf.data.Dataset.range(3)  # TF's, stood in
+        assert quiet_device_datasets()
+        assert quiet_device_datasets()  # applied once: not wrapped twice
+        ds = mdi._create_device_dataset(None, None, 1, False)
+        assert ds.options().autotune.enabled is False
+        assert list(ds.as_numpy_iterator()) == [0, 1, 2]
+    finally:
+        mdi._create_device_dataset = original
+
+    # With TF's own function: a strategy's distributed dataset still yields every element.
+    assert quiet_device_datasets()
+    try:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+        dist = strategy.experimental_distribute_dataset(tf.data.Dataset.range(8).batch(2))
+        assert [int(x.numpy().sum()) for x in dist] == [1, 5, 9, 13]
+    finally:
+        mdi._create_device_dataset = original
+
+
+@pytest.mark.integration
+def test_save_once_outside_a_cluster_saves_the_model_itself(tmp_path):
+    from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.ending import save_once
+    from ignite_tf.runtime.task import TaskInfo
+
+    saved = []
+    result = save_once("model", rebuild=lambda: pytest.fail("no copy needed"), save=lambda m: saved.append(m) or "dir",
+                       info=TaskInfo(None, 0, Mode.SYNC))
+    assert result == "dir" and saved == ["model"]
+
+
+@pytest.mark.integration
+def test_lean_save_keeps_the_serving_signature_and_loads(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    from ignite_tf.models import tabular_classifier
+    from ignite_tf.runtime.ending import save_options
+
+    model = tabular_classifier(n_features=4, n_classes=3)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    assert save_options(model)["save_traces"] is False
+    model.save(str(tmp_path / "m"), save_format="tf", **save_options(model))
+    loaded = tf_keras.models.load_model(str(tmp_path / "m"), compile=False)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+    serving = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    np.testing.assert_allclose(next(iter(serving(tf.constant(x)).values())).numpy(), model.predict(x, verbose=0),
+                               rtol=1e-6)
+
+    class Custom(tf_keras.layers.Layer):
+        def call(self, inputs):
+            return inputs * 2
+
+    own = tf_keras.Sequential([tf_keras.Input((4,)), Custom()])
+    assert save_options(own) == {}  # a class of its own: every trace kept, it loads without its code
