@@ -17,7 +17,7 @@ STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup browser lock test demo bench lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
+.PHONY: setup browser lock test demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,10 @@ bench: setup
 	$(PY) bench/validate.py
 	$(PY) bench/startup.py
 	$(PY) bench/e2e.py
+
+# Launch -> first step, Kubernetes launcher beside local (needs root; starts and stops the local Kubernetes).
+bench-k8s: setup
+	$(PY) bench/k8s_startup.py
 
 # The Airflow UI on this project's dags/ and plugins/ (SQLite DB in .airflow/). The ignite_default connection
 # points at `make ignite-up`'s nodes. airflow standalone prints the URL and the admin login when it is ready.

@@ -1,7 +1,8 @@
 """``ignite-tf``: TensorFlow clusters over Ignite caches, with the commands of Apache Ignite's TensorFlow tool.
 
     ignite-tf start [-c CFG] [--mode sync|async] [--workers N] [--ps M] [--max-restarts K] [--detach]
-                    [--env NAME[=VALUE]]... CACHE_NAME JOB_DIR COMMAND [ARGS...]
+                    [--env NAME[=VALUE]]... [--launcher local|kubernetes [--k8s FILE_OR_JSON] [--namespace NS]
+                    [--image IMAGE] [--placement required|preferred|none]] CACHE_NAME JOB_DIR COMMAND [ARGS...]
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
     ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
@@ -64,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="give every task this variable (repeatable): NAME passes this shell's value, NAME=VALUE "
                             "sets one (recorded in the run folder: not for secrets); tasks get only the runtime's "
                             "variables otherwise")
+    start.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
+                       help="where the tasks run: local processes, or pods on Kubernetes next to the Ignite nodes "
+                            "(connection kubernetes_default: kubeconfig or in-cluster) (default local)")
+    start.add_argument("--k8s", metavar="FILE_OR_JSON",
+                       help="Kubernetes settings, a YAML/JSON file or inline JSON: namespace, image, resources, "
+                            "service_account, node_selector, tolerations, volumes, labels, placement, ...")
+    start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
+    start.add_argument("--image", help="task image (with --launcher kubernetes; default the project's task image)")
+    start.add_argument("--placement", choices=["required", "preferred", "none"],
+                       help="workers next to their Ignite nodes (with --launcher kubernetes; default preferred)")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
@@ -137,17 +148,41 @@ def connection(config: str | None):
     return IgniteConnectionConfig.from_env() or IgniteConnectionConfig.default()
 
 
-def _launcher(conn):
+def _launcher(conn, args=None):
     from ignite_tf.cluster.api import make_launcher
 
-    return make_launcher(conn)
+    if args is None or getattr(args, "launcher", "local") == "local":
+        if args is not None and (args.k8s or args.namespace or args.image or args.placement):
+            raise IgniteTFError("--k8s, --namespace, --image and --placement go with --launcher kubernetes")
+        return make_launcher(conn)
+    return make_launcher(conn, kind="kubernetes", kubernetes=_k8s_settings(args))
+
+
+def _k8s_settings(args) -> dict:
+    import json
+
+    import yaml
+
+    settings: dict = {}
+    if args.k8s:
+        text = Path(args.k8s).read_text() if Path(args.k8s).is_file() else args.k8s
+        try:
+            settings = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise IgniteTFError(f"--k8s: neither a file nor YAML/JSON: {exc}") from None
+        if not isinstance(settings, dict):
+            raise IgniteTFError(f"--k8s: expected a mapping of settings, got {json.dumps(settings)[:80]}")
+    for name in ("namespace", "image", "placement"):
+        if getattr(args, name):
+            settings[name] = getattr(args, name)
+    return settings
 
 
 def cmd_start(args, conn) -> int:
     from ignite_tf.cluster.api import start_cluster
     from ignite_tf.cluster.state import ExitCode
 
-    launcher = _launcher(conn)
+    launcher = _launcher(conn, args)
     job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
                           max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,

@@ -20,11 +20,32 @@ from ignite_tf.errors import ConfigError
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 
 
-def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local") -> Launcher:
+LAUNCHERS = ("local", "kubernetes")
+
+
+def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local",
+                  kubernetes: dict[str, Any] | None = None) -> Launcher:
+    """The launcher of ``kind``: ``local`` (processes on this machine) or ``kubernetes`` (pods; settings in
+    ``kubernetes``, see ``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
+    kind = str(getattr(kind, "value", kind) or "local")
+    if kind not in LAUNCHERS:
+        raise ConfigError(f"launcher {kind!r} is not available (available: {', '.join(LAUNCHERS)})")
+    if kind == "local" and kubernetes:
+        raise ConfigError("kubernetes settings given with the local launcher: use launcher 'kubernetes'")
     store = store or open_store(conn)
-    if kind != "local":
-        raise ConfigError(f"launcher {kind!r} is not available (available: local)")
-    return LocalLauncher(store, conn)
+    if kind == "kubernetes":
+        from ignite_tf.cluster.k8s.launcher import KubernetesLauncher
+
+        return KubernetesLauncher(store, conn, kubernetes, on_lost=release_remote)
+    return LocalLauncher(store, conn, on_lost=release_remote)
+
+
+def release_remote(state: ClusterState) -> None:
+    """Tasks that do not die with a lost supervisor (pods) are deleted by whoever stops the cluster."""
+    if (state.launcher or {}).get("kind") == "kubernetes":
+        from ignite_tf.cluster.k8s.launcher import release
+
+        release(state)
 
 
 def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:

@@ -113,7 +113,9 @@ class ClusterState:
     # Each failure the supervisor saw: task, exit_code, signal, kind, retryable, action (restarted or why not).
     failures: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)  # the spec's labels: the Airflow task that started it
-    launcher: str = "local"
+    # Where the tasks run beyond this machine: {} for local processes; for pods {"kind": "kubernetes",
+    # "namespace", "owner", "conn_id"}, so any process that stops the cluster can also delete its objects.
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.status = Status(self.status)

@@ -57,6 +57,12 @@ def _listening(host: str, port: int) -> bool:
 
 
 class Supervisor:
+    """Supervises local processes; a subclass may supervise other kinds of tasks (pods) by overriding
+    ``start_task``, ``kill_task``, ``stop_all`` and the hooks ``poll_task``, ``task_up``, ``task_pid``,
+    ``exit_detail`` and ``waiting_reason``."""
+
+    poll_s = POLL_S
+
     def __init__(self, spec: ClusterSpec, store: StateStore, command_for):
         self.spec = spec
         self.store = store
@@ -77,6 +83,27 @@ class Supervisor:
     # -- bookkeeping ---------------------------------------------------------------------------------------
     def tstate(self, task: ClusterTask) -> TaskState:
         return next(s for s in self.state.tasks if s.name == task.name)
+
+    # -- hooks: what a task is, for local processes -----------------------------------------------------
+    def poll_task(self, task: ClusterTask) -> int | None:
+        """The task's exit status (negative: a signal), None while it runs."""
+        return self.procs[task.name].poll()
+
+    def task_up(self, task: ClusterTask) -> bool:
+        """Whether a starting task is up (listens on its port)."""
+        return _listening(task.host, task.port)
+
+    def task_pid(self, task: ClusterTask) -> int:
+        proc = self.procs.get(task.name)
+        return proc.pid if proc else 0
+
+    def exit_detail(self, task: ClusterTask, code: int) -> str:
+        """More about a failed task's end (a pod: OOMKilled with its limit); '' when nothing more is known."""
+        return ""
+
+    def waiting_reason(self, task: ClusterTask) -> str:
+        """Why a task is not up yet (a pod: the scheduler's reason), for the start-up deadline's message."""
+        return ""
 
     def event(self, message: str) -> None:
         """A supervisor event, written to its own log and into the chief's output (what `attach` streams)."""
@@ -236,7 +263,7 @@ class Supervisor:
                 outcome = self.step()
                 if outcome is not None:
                     return outcome
-                time.sleep(POLL_S)
+                time.sleep(self.poll_s)
         except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
             self.stop_all(grace=0)
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
@@ -254,10 +281,10 @@ class Supervisor:
         self._last_watch = now
         silent = []
         for task in self.spec.tasks:
-            proc = self.procs.get(task.name)
-            last = progress.read(self.spec.progress_path(task)) if proc and proc.poll() is None else None
+            live = task.name in self.procs and self.poll_task(task) is None
+            last = progress.read(self.spec.progress_path(task)) if live else None
             if last and last.get("watch") and now - last["time"] > timeout:
-                silent.append(Failure(task.name, proc.pid, None, silent_s=now - last["time"],
+                silent.append(Failure(task.name, self.task_pid(task), None, silent_s=now - last["time"],
                                       detail=f"last: {last.get('what')} at {time.strftime('%H:%M:%S', time.localtime(last['time']))}"))
         return silent
 
@@ -282,11 +309,10 @@ class Supervisor:
         chief = self.spec.chief
         failures: list[tuple[Failure, ClusterTask]] = []
         for task in self.spec.tasks:
-            proc = self.procs[task.name]
-            code = proc.poll()
+            code = self.poll_task(task)
             ts = self.tstate(task)
             if code is None:
-                if ts.state == "starting" and _listening(task.host, task.port):
+                if ts.state == "starting" and self.task_up(task):
                     ts.state = "running"
                 continue
             if ts.state in ("exited", "failed", "killed"):
@@ -307,7 +333,7 @@ class Supervisor:
                     return self.finish(Status.SUCCEEDED, ExitCode.SUCCEEDED, "training finished")
                 continue
             ts.state = "failed"
-            failures.append((Failure(task.name, proc.pid, code), task))
+            failures.append((Failure(task.name, self.task_pid(task), code, detail=self.exit_detail(task, code)), task))
         if not failures:
             silent = self.silent_tasks()
             if silent:
@@ -333,7 +359,8 @@ class Supervisor:
                            f"{time.monotonic() - self.attempt_started:.1f}s")
                 self.save(force=True)
             elif time.monotonic() - self.attempt_started > self.spec.startup_deadline_s:
-                missing = [t.name for t in self.spec.tasks if self.tstate(t).state == "starting"]
+                missing = [t.name + (f" ({why})" if (why := self.waiting_reason(t)) else "")
+                           for t in self.spec.tasks if self.tstate(t).state == "starting"]
                 return self.finish(Status.FAILED, ExitCode.STARTUP_DEADLINE,
                                    f"start-up deadline of {self.spec.startup_deadline_s:.0f}s passed; not up: "
                                    f"{', '.join(missing)} (see their logs in {self.spec.folder.logs})")

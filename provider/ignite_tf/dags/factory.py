@@ -217,7 +217,9 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                   "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
                   "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
                   "restart_policy": training.restart_policy.value, "progress_timeout_s": training.progress_timeout_s,
-                  **({"env": list(training.env)} if training.env else {}), **job},
+                  **({"env": list(training.env)} if training.env else {}), **job,
+                  **({"launcher": training.launcher.value} if training.launcher.value != "local" else {}),
+                  **({"kubernetes": training.kubernetes} if training.kubernetes else {})},
                  after=("validation_gate",)),
     ]
     if config.publish is not None:

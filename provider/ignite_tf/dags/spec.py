@@ -55,6 +55,7 @@ class LauncherKind(StrEnum):
     """Where the TF processes run (``training.launcher``); ``ignite_tf.cluster.launcher`` holds the launchers."""
 
     LOCAL = "local"
+    KUBERNETES = "kubernetes"
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,23 @@ class TrainingConfig:
     """Seconds a task may go without progress after its first report (0: watchdog off)."""
     env: tuple[str, ...] = ()
     """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
+    kubernetes: dict[str, Any] | None = None
+    """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
 
     def __post_init__(self):
         try:
             parse_env(self.env)
         except ConfigError as exc:
             _fail("env", str(exc))
+        if self.kubernetes is not None:
+            if self.launcher is not LauncherKind.KUBERNETES:
+                _fail("kubernetes", "goes with launcher: kubernetes")
+            from ignite_tf.cluster.k8s.settings import KubernetesSettings
+
+            try:
+                KubernetesSettings.parse(self.kubernetes)
+            except (ConfigError, TypeError) as exc:
+                _fail("kubernetes", str(exc))
         if (self.entry_point is None) == (not self.command):
             _fail("", "give exactly one of entry_point ('module:function') or command ([script, args...], job_dir)")
         if self.workers < 1:
@@ -335,7 +347,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             startup_deadline_s=float(t.get("startup_deadline_s", DEFAULT_STARTUP_DEADLINE_S)),
             restart_policy=RestartPolicy.parse(t.get("restart_policy")),
             progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)),
-            env=tuple(t.get("env", ())))
+            env=tuple(t.get("env", ())),
+            kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
 
     def publish(p):
         registry_root = p.get("registry_root") or _expand(DEFAULT_REGISTRY, "publish.registry_root")

@@ -53,6 +53,11 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
         not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
         ``AIRFLOW_CONN_*``): see ``ignite_tf.cluster.environment``.
+    :param launcher: ``local`` (processes on the Airflow worker's machine, the default) or ``kubernetes`` (one
+        pod per task, next to the Ignite nodes holding its partitions; connection ``kubernetes_default``).
+    :param kubernetes: settings of the Kubernetes launcher (templated): namespace, image, resources,
+        service_account, node_selector, tolerations, volumes, labels, placement (see
+        ``ignite_tf.cluster.k8s.settings.KubernetesSettings``).
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
@@ -60,7 +65,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env", "model_args")
+                                      "restart_policy", "env", "model_args", "launcher", "kubernetes")
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
@@ -72,7 +77,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                  run_root: str | None = None, deferrable: bool = True, wait_for_completion: bool = True,
                  poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
-                 env: list[str] | dict[str, str] | None = None, **kwargs):
+                 env: list[str] | dict[str, str] | None = None, launcher: str = "local",
+                 kubernetes: dict[str, Any] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -86,6 +92,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
+        self.launcher, self.kubernetes = launcher, kubernetes
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -116,7 +123,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         from ignite_tf.cluster.api import make_launcher, start_cluster
         from ignite_tf.plan.shards import ShardPlan
 
-        launcher = make_launcher(self.conn)
+        launcher = make_launcher(self.conn, kind=self.launcher,
+                                 kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
         try_number = context["ti"].try_number
         if try_number and try_number > 1:
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
