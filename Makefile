@@ -17,7 +17,7 @@ STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup lock test demo bench lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
+.PHONY: setup browser lock test demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
 
 setup: $(STAMP)
 
@@ -30,12 +30,18 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	$(PY) -m ignite_tf.dev.ignite fetch
 	@touch $(STAMP)
 
+# Headless Chromium and its WebDriver for the browser tests (tests/ui), from Debian's packages when missing.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  ( $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q chromium chromium-driver )
+
 # Re-resolve requirements/requirements.in into the lock (run by hand, then commit the lock).
 lock:
 	@test -x $(UV) || (python3 -m venv .venv && .venv/bin/pip install -q uv==0.13.8)
 	$(UV) pip compile -q requirements/requirements.in -o requirements/lock.txt --python-version 3.11
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
@@ -47,10 +53,15 @@ bench: setup
 	$(PY) bench/startup.py
 	$(PY) bench/e2e.py
 
+# Launch -> first step, Kubernetes launcher beside local (needs root; starts and stops the local Kubernetes).
+bench-k8s: setup
+	$(PY) bench/k8s_startup.py
+
 # The Airflow UI on this project's dags/ and plugins/ (SQLite DB in .airflow/). The ignite_default connection
 # points at `make ignite-up`'s nodes. airflow standalone prints the URL and the admin login when it is ready.
 airflow: setup
 	@echo "Airflow UI: http://localhost:8080 (login printed below by airflow standalone; Ctrl-C stops it)"
+	@echo "TensorFlow clusters page: Browse > TensorFlow clusters, or http://localhost:8080/ignite-tf/"
 	@echo "Ignite: the ignite_default connection uses 127.0.0.1:10800,127.0.0.1:10801 -- run 'make ignite-up' first"
 	AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \

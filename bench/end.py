@@ -46,7 +46,7 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
 
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
-           "args": ["--epochs", str(epochs), "--batch-size", str(BATCH), "--label", "label",
+           "args": ["--epochs", str(epochs), "--batch-size", str(BATCH), "--label-column", "label",
                     "--learning-rate", str(LEARNING_RATE)]}
     cluster_id = f"end-bench-{os.getpid()}-{index}"
     state = None

@@ -118,7 +118,7 @@ def first_step(conn, workers: int, tmp: Path) -> dict:
     env = {**BENCH_ENV, ENV_MARK: str(mark),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}
     job = {"entry_point": "startup_model:model",
-           "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label", "label",
+           "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
     cluster_id = f"startup-bench-{workers}-{os.getpid()}"
     state = None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
+from ignite_tf.defaults import DEFAULT_REGISTRY_ROOT, ENV_REGISTRY_ROOT
 from ignite_tf.operators.ignite import IgniteLoadOperator, IgnitePartitionsOperator
 from ignite_tf.operators.publish import PublishModelOperator
 from ignite_tf.operators.shards import ShardPlanOperator
@@ -21,7 +22,7 @@ from ignite_tf.operators.validation import ValidateShardOperator, ValidationGate
 HERE = Path(__file__).parent
 SUITE = str(HERE / "expectations" / "tabular.yaml")
 CACHE = "tabular_hw"
-REGISTRY = os.environ.get("IGNITE_TF_REGISTRY", str(Path.home() / ".cache" / "ignite-tf" / "registry"))
+REGISTRY = os.environ.get(ENV_REGISTRY_ROOT, str(Path(DEFAULT_REGISTRY_ROOT).expanduser()))
 
 
 def demo_rows():
@@ -56,9 +57,9 @@ with DAG(
         learning_rate="{{ params.learning_rate }}", label_column="label",
     )
     publish = PublishModelOperator(
-        task_id="publish", registry_root=REGISTRY, model_name="tabular_hw", training=train.output,
+        task_id="publish", registry_root=REGISTRY, model="tabular_hw", training=train.output,
         validation=gate.output, partition_map=partitions.output, thresholds={"accuracy": (0.5, None)},
-        tolerance=0.02, training_params={"entry_point": "ignite_tf.models:tabular_classifier", "label": "label"},
+        tolerance=0.02, training_params={"entry_point": "ignite_tf.models:tabular_classifier", "label_column": "label"},
     )
     load >> partitions
     gate >> train

@@ -1,22 +1,12 @@
-"""Airflow UI plugin registration for ignite-tf.
+"""Airflow UI plugin registration for ignite-tf (``make airflow`` loads this folder).
 
-The provider (operators, hooks, triggers, the ``ignite`` connection form) registers itself through the
-``apache_airflow_provider`` entry point; this plugin adds the global links an operator of the platform uses.
+The plugin itself lives in the provider (``ignite_tf.ui.plugin``), also registered through the
+``airflow.plugins`` entry point; Airflow loads a plugin name once, so both ways can be on together.
+It serves the "TensorFlow clusters" page at /ignite-tf/ in the API server and links it from the navigation.
 """
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from ignite_tf.ui.plugin import IgniteTFPlugin
 
-
-class IgniteTFPlugin(AirflowPlugin):
-    name = "ignite_tf"
-    external_views = [
-        {
-            "name": "ignite-tf documentation",
-            "href": "https://ignite.apache.org/docs/latest/",
-            "destination": "nav",
-            "category": "browse",
-            "url_route": "ignite_tf_docs",
-        }
-    ]
+__all__ = ["IgniteTFPlugin"]

@@ -24,6 +24,7 @@ import psutil
 
 from ignite_tf.dev.ignite.cluster import port_free
 
+REPO = Path(__file__).resolve().parents[1]
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
@@ -160,3 +161,30 @@ class AirflowServices:
     def leftovers(self) -> tuple[list[int], list[int]]:
         """Processes and listening ports still there after ``stop()`` (both should be empty)."""
         return [p.pid for p in self.processes()], [p for p in self.ports if not port_free(p)]
+
+
+def start_project_services(root: Path, ignite_conn, rows: int = 2000) -> tuple[AirflowServices, Path]:
+    """This project's dags/ (copied) and plugins/ on real services; runs and the registry under ``root``."""
+    import shutil
+
+    from tests.airflowutil import ignite_connection_env
+
+    shutil.copytree(REPO / "dags", root / "dags", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(ignite_connection_env(ignite_conn))
+    env.update({"IGNITE_TF_RUN_ROOT": str(root / "runs"), "IGNITE_TF_REGISTRY": str(root / "registry"),
+                "IGNITE_TF_DEMO_ROWS": str(rows), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins")})
+    svc = AirflowServices(root / "home", root / "dags", env)
+    svc.start()
+    return svc, root
+
+
+def wait_parsed(svc: AirflowServices, dag_id: str, timeout: float = 180.0) -> dict:
+    """The DAG once the DAG processor has parsed it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return svc.request("GET", f"/api/v2/dags/{dag_id}")
+        except urllib.error.HTTPError as err:
+            if err.code != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(2)

@@ -9,47 +9,20 @@ left and that the Ignite password is in none of the services' logs.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import urllib.error
-from pathlib import Path
 
 import pytest
 
-from tests.airflowsvc import AirflowServices
-from tests.airflowutil import SECRET, ignite_connection_env
+from tests.airflowsvc import wait_parsed
+from tests.airflowutil import SECRET
 
-DAGS = Path(__file__).resolve().parents[1] / "dags"
 DAG_ID = "ignite_tf_tabular_sync"
-ROWS = 2000
 
 
 @pytest.fixture(scope="module")
-def services(ignite_conn, tmp_path_factory):
-    root = tmp_path_factory.mktemp("airflow-services")
-    shutil.copytree(DAGS, root / "dags", ignore=shutil.ignore_patterns("__pycache__"))
-    env = dict(ignite_connection_env(ignite_conn))
-    env.update({"IGNITE_TF_RUN_ROOT": str(root / "runs"), "IGNITE_TF_REGISTRY": str(root / "registry"),
-                "IGNITE_TF_DEMO_ROWS": str(ROWS)})
-    svc = AirflowServices(root / "home", root / "dags", env)
-    svc.start()
-    try:
-        yield svc, root
-    finally:
-        svc.stop()
-        pids, ports = svc.leftovers()
-        assert not pids and not ports, f"Airflow left processes {pids} / listening ports {ports}"
-
-
-def wait_parsed(svc: AirflowServices, dag_id: str, timeout: float = 180.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return svc.request("GET", f"/api/v2/dags/{dag_id}")
-        except urllib.error.HTTPError as err:
-            if err.code != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(2)
+def services(airflow_services):
+    return airflow_services
 
 
 def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services):
@@ -60,6 +33,7 @@ def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services)
     dag = wait_parsed(svc, DAG_ID)
     assert dag["dag_id"] == DAG_ID
     svc.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    runs_before = svc.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")["total_entries"]
 
     # A conf that breaks a Param's bounds is refused by the API: no run is created, no cluster starts.
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -67,11 +41,11 @@ def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services)
     assert refused.value.code == 400 and "workers" in refused.value.read().decode()
 
     run = svc.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                      {"logical_date": None, "conf": {"epochs": 1, "workers": 2}})
+                      {"logical_date": None, "conf": {"epochs": 2, "workers": 2}})
     run_id = run["dag_run_id"]
-    assert run["conf"] == {"epochs": 1, "workers": 2}
+    assert run["conf"] == {"epochs": 2, "workers": 2}
     runs = svc.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")
-    assert runs["total_entries"] == 1, "the refused conf must not have created a run"
+    assert runs["total_entries"] == runs_before + 1, "the refused conf must not have created a run"
 
     base = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
     train_states: list[str] = []
@@ -91,21 +65,21 @@ def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services)
 
     xcom = svc.request("GET", f"{base}/taskInstances/train/xcomEntries/return_value?deserialize=true")
     train = xcom["value"]
-    assert train["status"] == "succeeded" and train["epochs"] == 1, train  # the conf's 1, not the spec's 3
+    assert train["status"] == "succeeded" and train["epochs"] == 2, train  # the conf's 2, not the spec's 3
     # The trigger ran in the triggerer process, which writes the task's trigger log: the chief's output and
     # the per-epoch metrics of this cluster, then the event that resumed the task.
     trigger_logs = list((svc.home / "logs").rglob(f"run_id={run_id}/task_id=train/attempt=1.log.trigger.*"))
     assert len(trigger_logs) == 1, list((svc.home / "logs").rglob("*"))
     events = [json.loads(line)["event"] for line in trigger_logs[0].read_text().splitlines() if line.strip()]
     assert any(f"cluster {train['cluster_id']} succeeded" in e for e in events), events
-    assert any(e.startswith("epoch 1/1 loss=") for e in events), events
+    assert any(e.startswith("epoch 2/2 loss=") for e in events), events
     assert "Trigger fired event" in events
 
     registry = ModelRegistry(root / "registry")
     publish = svc.request("GET", f"{base}/taskInstances/publish")
     assert publish["state"] == "success"
     assert registry.production("tabular_sync") == registry.versions("tabular_sync")[-1]
-    assert registry.metadata("tabular_sync", registry.production("tabular_sync"))["params"]["epochs"] == "1"
+    assert registry.metadata("tabular_sync", registry.production("tabular_sync"))["params"]["epochs"] == "2"
     assert_nothing_left(train["cluster_id"], train["run_dir"])
 
     logs = [svc.log(s) for s in ("api-server", "scheduler", "dag-processor", "triggerer")]

@@ -166,7 +166,7 @@ def test_operator_logs_the_rows_it_scored(setup, ignite_conn, cache_name, monkey
 
     for key, value in ignite_connection_env(ignite_conn).items():
         monkeypatch.setenv(key, value)
-    op = BatchInferenceOperator(task_id="score", registry_root=setup["root"], model_name="demo",
+    op = BatchInferenceOperator(task_id="score", registry_root=setup["root"], model="demo",
                                 input_cache=setup["cache"], output_cache=cache_name, shard=1, shards=2)
     with capture_logs() as logs:
         out = op.execute({})

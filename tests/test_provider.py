@@ -38,6 +38,8 @@ def test_import_is_light():
         "assert not [m for m in heavy if m in sys.modules], ('ignite_tf', [m for m in heavy if m in sys.modules])\n"
         "import ignite_tf.hooks.ignite\n"
         "assert not [m for m in heavy if m in sys.modules], ('hook', [m for m in heavy if m in sys.modules])\n"
+        "import ignite_tf.ui.plugin, ignite_tf.operators.tensorflow, ignite_tf.operators.publish\n"
+        "assert not [m for m in heavy if m in sys.modules], ('plugin', [m for m in heavy if m in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "AIRFLOW_HOME": tempfile.mkdtemp(prefix="ignite-tf-airflow-")})

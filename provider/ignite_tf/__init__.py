@@ -67,6 +67,11 @@ def get_provider_info() -> dict:
         "triggers": [
             {"integration-name": "Apache Ignite", "python-modules": ["ignite_tf.triggers.tf_cluster"]},
         ],
+        "extra-links": [
+            "ignite_tf.operators.links.ClusterPageLink",
+            "ignite_tf.operators.links.TensorBoardLink",
+            "ignite_tf.operators.links.RegistryVersionLink",
+        ],
         # Airflow >= 3.2 reads the connection form from here without importing the hook (the hook's
         # get_connection_form_widgets/get_ui_field_behaviour are only the fallback for older UIs).
         "connection-types": [

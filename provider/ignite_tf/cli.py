@@ -1,10 +1,12 @@
 """``ignite-tf``: TensorFlow clusters over Ignite caches, with the commands of Apache Ignite's TensorFlow tool.
 
     ignite-tf start [-c CFG] [--mode sync|async] [--workers N] [--ps M] [--max-restarts K] [--detach]
-                    [--env NAME[=VALUE]]... CACHE_NAME JOB_DIR JOB_CMD [JOB_ARGS...]
+                    [--env NAME[=VALUE]]... [--launcher local|kubernetes [--k8s FILE_OR_JSON] [--namespace NS]
+                    [--image IMAGE] [--placement required|preferred|none]] CACHE_NAME JOB_DIR COMMAND [ARGS...]
     ignite-tf stop [-c CFG] CLUSTER_ID
     ignite-tf attach [-c CFG] CLUSTER_ID
     ignite-tf ps [-c CFG] [-a] [CLUSTER_ID]
+    ignite-tf tensorboard [-c CFG] [--port P] [--host H] CLUSTER_ID|RUN_DIR...
     ignite-tf load [-c CFG] [--key COLUMN] [--schema FILE] [--column NAME:TYPE ...] CACHE_NAME FILE
 
 ``-c`` is a connection file (JSON/YAML with ``addresses``, ``username``, ``password``...) or an Airflow
@@ -23,6 +25,7 @@ from pathlib import Path
 from ignite_tf import __version__
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import IgniteTFError
 
 
@@ -46,8 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="sync: MultiWorkerMirroredStrategy; async: ParameterServerStrategy (default sync)")
     start.add_argument("--workers", type=_positive, help="workers (default: one per Ignite server node)")
     start.add_argument("--ps", type=_positive, default=1, help="parameter servers in async mode (default 1)")
-    start.add_argument("--max-restarts", type=_non_negative, default=3, help="restarts after failures (default 3)")
-    start.add_argument("--startup-deadline", type=float, default=120.0, help="seconds for all tasks to come up")
+    start.add_argument("--max-restarts", type=_non_negative, default=DEFAULT_MAX_RESTARTS,
+                       help=f"restarts after failures (default {DEFAULT_MAX_RESTARTS})")
+    start.add_argument("--startup-deadline", type=float, default=DEFAULT_STARTUP_DEADLINE_S, metavar="SECONDS",
+                       help=f"seconds for all tasks to come up (default {DEFAULT_STARTUP_DEADLINE_S:.0f})")
     start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy], default=DEFAULT_RESTART_POLICY.value,
                        help="which failures are restarted: on-failure (all), exit-code (signals, statuses >= 128, "
                             f"no progress; not the job's own error), never (default {DEFAULT_RESTART_POLICY.value})")
@@ -60,10 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="give every task this variable (repeatable): NAME passes this shell's value, NAME=VALUE "
                             "sets one (recorded in the run folder: not for secrets); tasks get only the runtime's "
                             "variables otherwise")
+    start.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
+                       help="where the tasks run: local processes, or pods on Kubernetes next to the Ignite nodes "
+                            "(connection kubernetes_default: kubeconfig or in-cluster) (default local)")
+    start.add_argument("--k8s", metavar="FILE_OR_JSON",
+                       help="Kubernetes settings, a YAML/JSON file or inline JSON: namespace, image, resources, "
+                            "service_account, node_selector, tolerations, volumes, labels, placement, ...")
+    start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
+    start.add_argument("--image", help="task image (with --launcher kubernetes; default the project's task image)")
+    start.add_argument("--placement", choices=["required", "preferred", "none"],
+                       help="workers next to their Ignite nodes (with --launcher kubernetes; default preferred)")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
-    start.add_argument("job_cmd", metavar="JOB_CMD", help="command run in JOB_DIR by every worker (sync) or the chief")
-    start.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER)
+    # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
+    start.add_argument("program", metavar="COMMAND",
+                       help="the command run in JOB_DIR by every worker (sync) or the chief, then its ARGS")
+    start.add_argument("program_args", metavar="ARGS", nargs=argparse.REMAINDER)
 
     stop = sub.add_parser("stop", parents=[common], help="stop a running cluster")
     stop.add_argument("cluster_id", metavar="CLUSTER_ID")
@@ -74,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("-a", "--all", action="store_true", help="include finished clusters")
     ps.add_argument("cluster_id", metavar="CLUSTER_ID", nargs="?",
                     help="list this cluster's tasks: pid, state, exit, log file, and its run folder")
+
+    tb = sub.add_parser("tensorboard", parents=[common], help="serve the TensorBoard files of runs")
+    tb.add_argument("targets", metavar="CLUSTER_ID|RUN_DIR", nargs="+",
+                    help="a cluster id, a run folder, or a folder of run folders (every run in it)")
+    tb.add_argument("--port", type=_positive, default=6006, help="TensorBoard's port (default 6006)")
+    tb.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
 
     load = sub.add_parser("load", parents=[common], help="load a CSV or Parquet file into a cache")
     load.add_argument("cache", metavar="CACHE_NAME")
@@ -125,18 +148,42 @@ def connection(config: str | None):
     return IgniteConnectionConfig.from_env() or IgniteConnectionConfig.default()
 
 
-def _launcher(conn):
+def _launcher(conn, args=None):
     from ignite_tf.cluster.api import make_launcher
 
-    return make_launcher(conn)
+    if args is None or getattr(args, "launcher", "local") == "local":
+        if args is not None and (args.k8s or args.namespace or args.image or args.placement):
+            raise IgniteTFError("--k8s, --namespace, --image and --placement go with --launcher kubernetes")
+        return make_launcher(conn)
+    return make_launcher(conn, kind="kubernetes", kubernetes=_k8s_settings(args))
+
+
+def _k8s_settings(args) -> dict:
+    import json
+
+    import yaml
+
+    settings: dict = {}
+    if args.k8s:
+        text = Path(args.k8s).read_text() if Path(args.k8s).is_file() else args.k8s
+        try:
+            settings = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise IgniteTFError(f"--k8s: neither a file nor YAML/JSON: {exc}") from None
+        if not isinstance(settings, dict):
+            raise IgniteTFError(f"--k8s: expected a mapping of settings, got {json.dumps(settings)[:80]}")
+    for name in ("namespace", "image", "placement"):
+        if getattr(args, name):
+            settings[name] = getattr(args, name)
+    return settings
 
 
 def cmd_start(args, conn) -> int:
     from ignite_tf.cluster.api import start_cluster
     from ignite_tf.cluster.state import ExitCode
 
-    launcher = _launcher(conn)
-    job = {"command": [args.job_cmd, *args.job_args], "job_dir": args.job_dir}
+    launcher = _launcher(conn, args)
+    job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
                           max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
                           cluster_id=args.cluster_id, launcher=launcher, restart_policy=args.restart_policy,
@@ -198,6 +245,8 @@ def _ps_tasks(launcher, state) -> int:
         print(f"reason: {state.reason}")
     print(f"run folder: {state.run_dir}")
     print(f"supervisor: {where}")
+    if state.labels.get("dag_id"):
+        print("started by: Airflow " + " / ".join(state.labels.get(k, "?") for k in ("dag_id", "run_id", "task_id")))
     last = state.last_epoch
     rows = []
     for t in state.tasks:
@@ -225,6 +274,15 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_tensorboard(args, conn) -> int:
+    from ignite_tf.ui.tensorboard import logdirs, serve
+
+    folders = [t for t in args.targets if Path(t).expanduser().is_dir()]
+    store = None if len(folders) == len(args.targets) else _launcher(conn).store
+    serve(logdirs(args.targets, store), port=args.port, host=args.host)
+    return 0
 
 
 def cmd_load(args, conn) -> int:
@@ -255,7 +313,8 @@ def _age(seconds: float) -> str:
     return f"{seconds // 3600}h"
 
 
-COMMANDS = {"start": cmd_start, "stop": cmd_stop, "attach": cmd_attach, "ps": cmd_ps, "load": cmd_load}
+COMMANDS = {"start": cmd_start, "stop": cmd_stop, "attach": cmd_attach, "ps": cmd_ps, "load": cmd_load,
+            "tensorboard": cmd_tensorboard}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.defaults import DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.layout import feature_columns
 from ignite_tf.reader.partition import PartitionReader, ReadTask
@@ -233,7 +234,8 @@ def _columns(conn, cache: str, batch_size: int, routes: dict, params: dict,
     """(key column, feature columns) of the input: ``features``, else the model's recorded ones, else numeric."""
     with PartitionReader(conn, cache, batch_size=batch_size, **routes) as probe:
         schema, key = dict(probe.schema), probe.key_column
-    label = str(params.get("label") or "label").lower()
+    # ``label`` is what versions published before ``label_column`` recorded.
+    label = str(params.get("label_column") or params.get("label") or DEFAULT_LABEL_COLUMN).lower()
     return key, feature_columns(schema, cache, key=key, label=label, numeric=True,
                                 features=params.get("features") if features is None else features)
 

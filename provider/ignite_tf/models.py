@@ -37,3 +37,12 @@ def tabular_classifier(n_features: int = 16, n_classes: int | None = None, learn
     model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate=float(learning_rate)),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
+
+
+def _tabular_parameters(n_features: int = 16, n_classes: int = 2, hidden: int = 32, **_) -> int:
+    """``tabular_classifier``'s parameter count, without TensorFlow (for the memory estimate)."""
+    n_features, n_classes, hidden = int(n_features), int(n_classes or 2), int(hidden)
+    return (n_features + 1) * hidden + (hidden + 1) * hidden + (hidden + 1) * n_classes
+
+
+tabular_classifier.parameters = _tabular_parameters

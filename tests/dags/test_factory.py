@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ignite_tf.dags.spec import SpecError, parse_spec, schema
+from ignite_tf.dags.schema import schema
+from ignite_tf.dags.spec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -81,15 +82,15 @@ def test_publish_emits_the_model_asset_the_inference_dag_is_scheduled_on(dagbag)
 
     publish = dagbag.dags["ignite_tf_tabular_sync"].get_task("publish")
     config = parse_spec(DAGS / "specs" / "tabular_sync.yaml")
-    asset = model_asset(config.publish.registry, "tabular_sync")
+    asset = model_asset(config.publish.registry_root, "tabular_sync")
     assert publish.outlets == [asset]
     inference = dagbag.dags["ignite_tf_tabular_sync_inference"]
     assert inference.schedule == [asset]
-    assert asset.uri == f"file://{config.publish.registry}/tabular_sync"
+    assert asset.uri == f"file://{config.publish.registry_root}/tabular_sync"
     score = inference.get_task("score")
     assert score.expand_input.value["shard"] == [0, 1]
     assert score.partial_kwargs["output_cache"] == "tabular_sync_scores"
-    assert score.partial_kwargs["shards"] == 2 and score.partial_kwargs["model_name"] == "tabular_sync"
+    assert score.partial_kwargs["shards"] == 2 and score.partial_kwargs["model"] == "tabular_sync"
 
 
 def test_weekly_schedule(dagbag):
@@ -105,9 +106,15 @@ def test_params_have_spec_defaults_types_and_bounds(dagbag):
     dag = dagbag.dags["ignite_tf_tabular_sync"]
     assert dict(dag.params) == {"mode": "sync", "model_args": {}, "epochs": 3, "batch_size": 32,
                                 "learning_rate": 0.02, "workers": 2, "ps": 1}
-    assert dag.params.get_param("workers").schema == {"type": "integer", "minimum": 1, "maximum": 64}
-    assert dag.params.get_param("mode").schema == {"type": "string", "enum": ["sync", "async"]}
-    assert dag.params.get_param("learning_rate").schema == {"type": "number", "exclusiveMinimum": 0, "maximum": 10}
+    assert dag.params.get_param("workers").schema == {"type": "integer", "minimum": 1, "maximum": 64,
+                                                      "title": "Workers"}
+    assert dag.params.get_param("mode").schema == {"type": "string", "enum": ["sync", "async"],
+                                                   "title": "Mode (sync / async SGD)"}
+    assert dag.params.get_param("learning_rate").schema == {"type": "number", "exclusiveMinimum": 0, "maximum": 10,
+                                                            "title": "Learning rate"}
+    # The trigger form shows a Param's title and description, not its bounds: the description says them.
+    assert dag.params.get_param("workers").description.endswith("a whole number, 1 to 64")
+    assert dag.params.get_param("learning_rate").description.endswith("a number, above 0, at most 10")
     for name, bad in [("workers", 0), ("workers", "two"), ("workers", 65), ("epochs", 0), ("mode", "eventual"),
                       ("learning_rate", 0), ("batch_size", 1.5), ("ps", 0)]:
         params = copy.deepcopy(dag.params)
@@ -137,7 +144,7 @@ def base_spec(folder: Path) -> dict:
     return {"dag_id": "bad_spec_test", "cache": "bad_spec", "suite": "suite.yaml",
             "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 100},
             "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2},
-            "publish": {"model": "m", "registry": str(folder / "registry")}}
+            "publish": {"model": "m", "registry_root": str(folder / "registry")}}
 
 
 def _unknown_key(s):
@@ -181,7 +188,7 @@ def _bad_mode(s):
 
 
 def _both_jobs(s):
-    s["training"]["script"] = "train.py"
+    s["training"]["command"] = ["train.py"]
 
 
 def _unset_env(s):
@@ -214,7 +221,7 @@ def _model_args_not_a_mapping(s):
 
 
 def _model_args_with_script(s):
-    s["training"] = {"script": "ported.py", "job_dir": str(DAGS / "examples" / "mnist_keras_tutorial"),
+    s["training"] = {"command": ["ported.py"], "job_dir": str(DAGS / "examples" / "mnist_keras_tutorial"),
                      "model_args": {"hidden": 64}}
 
 
@@ -286,18 +293,18 @@ def test_env_expansion_typed_and_defaulted(tmp_path, monkeypatch):
     spec = base_spec(tmp_path)
     spec["source"]["rows"] = "${IGNITE_TF_TEST_ROWS:-123}"
     spec["training"]["learning_rate"] = "${IGNITE_TF_TEST_LR:-0.5}"
-    spec["publish"]["registry"] = "${IGNITE_TF_TEST_REG:-~/reg}"
+    spec["publish"]["registry_root"] = "${IGNITE_TF_TEST_REG:-~/reg}"
     spec["description"] = "rows from ${IGNITE_TF_TEST_ROWS:-123} here"
     path = tmp_path / "env.yaml"
     path.write_text(yaml.safe_dump(spec))
     config = parse_spec(path)
     assert config.source.rows == 123 and config.training.learning_rate == 0.5
-    assert config.publish.registry == str(Path("~/reg").expanduser())
+    assert config.publish.registry_root == str(Path("~/reg").expanduser())
     assert config.description == "rows from 123 here"
     monkeypatch.setenv("IGNITE_TF_TEST_ROWS", "7")
     monkeypatch.setenv("IGNITE_TF_TEST_REG", "s3://bucket/models")
     config = parse_spec(path)
-    assert config.source.rows == 7 and config.publish.registry == "s3://bucket/models"
+    assert config.source.rows == 7 and config.publish.registry_root == "s3://bucket/models"
     monkeypatch.setenv("IGNITE_TF_TEST_ROWS", "seven")
     with pytest.raises(SpecError, match=r"source.rows: expected an integer"):
         parse_spec(path)

@@ -207,7 +207,7 @@ def cli_run(dag_run, secure_conn, secure_ignite_cluster, secure_airflow, sampler
                         "--startup-deadline", "900", "tabular_hw",
                         str(work / "job"), sys.executable, "-m", "ignite_tf.runtime",
                         "--entry-point", "ignite_tf.models:tabular_classifier", "--epochs", "2",
-                        "--batch-size", "32", "--label", "label", "--learning-rate", "0.02")
+                        "--batch-size", "32", "--label-column", "label", "--learning-rate", "0.02")
     assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
     assert "epoch 2/2" in started.stdout
     outputs = [started.stdout, started.stderr]

@@ -25,7 +25,7 @@ from ignite_tf.operators.inference import BatchInferenceOperator
 
 with DAG(dag_id="ignite_tf_test_inference", schedule=None) as dag:
     BatchInferenceOperator.partial(
-        task_id="score", registry_root={registry!r}, model_name="tabular_hw",
+        task_id="score", registry_root={registry!r}, model="tabular_hw",
         input_cache="tabular_hw", output_cache="tabular_hw_scores", shards=3,
     ).expand(shard=[0, 1, 2])
 """
@@ -249,7 +249,7 @@ def test_publish_gate_better_promoted_worse_kept_candidate(handwritten_run, airf
     results = []
     for accuracy in (0.80, 0.90, 0.70):
         training["metrics"] = {**training["metrics"], "accuracy": accuracy}
-        op = PublishModelOperator(task_id="publish_gate", registry_root=registry_root, model_name="gate_model",
+        op = PublishModelOperator(task_id="publish_gate", registry_root=registry_root, model="gate_model",
                                   training=training, thresholds={"accuracy": (0.5, None)}, tolerance=0.01)
         context = TaskContext(dag, run.run_id)
         context["outlet_events"] = _OutletEvents()

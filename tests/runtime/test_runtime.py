@@ -96,7 +96,7 @@ class LocalTasks:
 
 def runtime_command(entry_point: str, *args: str):
     return lambda task: [sys.executable, "-m", "ignite_tf.runtime", "--entry-point", entry_point,
-                         "--label", "label", *args]
+                         "--label-column", "label", *args]
 
 
 def epochs_of(state_dir: Path, cluster_id: str) -> list[dict]:
@@ -299,7 +299,7 @@ def test_builtin_classifier_takes_the_number_of_classes_from_the_label(ignite_co
     monkeypatch.chdir(tmp_path)
 
     def output_units(model_kwargs, where):
-        out = train("ignite_tf.models:tabular_classifier", epochs=1, batch_size=64, label="label", plan=plan,
+        out = train("ignite_tf.models:tabular_classifier", epochs=1, batch_size=64, label_column="label", plan=plan,
                     model_kwargs=model_kwargs, checkpoint_dir=str(tmp_path / where))
         model = tf_keras.models.load_model(out["model_dir"], compile=False)
         return [layer.units for layer in model.layers if isinstance(layer, tf_keras.layers.Dense)]

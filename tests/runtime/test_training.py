@@ -38,7 +38,7 @@ def launcher(ignite_conn, tmp_path, monkeypatch):
 
 def job(epochs: int, batch_size: int = 32, *extra: str) -> dict:
     return {"entry_point": "ignite_tf.models:tabular_classifier",
-            "args": ["--epochs", str(epochs), "--batch-size", str(batch_size), "--label", "label",
+            "args": ["--epochs", str(epochs), "--batch-size", str(batch_size), "--label-column", "label",
                      "--learning-rate", "0.02", *extra]}
 
 

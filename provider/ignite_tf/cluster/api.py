@@ -14,16 +14,38 @@ from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.run_folder import RunFolder, default_run_root
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
 
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 
 
-def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local") -> Launcher:
+LAUNCHERS = ("local", "kubernetes")
+
+
+def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local",
+                  kubernetes: dict[str, Any] | None = None) -> Launcher:
+    """The launcher of ``kind``: ``local`` (processes on this machine) or ``kubernetes`` (pods; settings in
+    ``kubernetes``, see ``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
+    kind = str(getattr(kind, "value", kind) or "local")
+    if kind not in LAUNCHERS:
+        raise ConfigError(f"launcher {kind!r} is not available (available: {', '.join(LAUNCHERS)})")
+    if kind == "local" and kubernetes:
+        raise ConfigError("kubernetes settings given with the local launcher: use launcher 'kubernetes'")
     store = store or open_store(conn)
-    if kind != "local":
-        raise ConfigError(f"launcher {kind!r} is not available (available: local)")
-    return LocalLauncher(store, conn)
+    if kind == "kubernetes":
+        from ignite_tf.cluster.k8s.launcher import KubernetesLauncher
+
+        return KubernetesLauncher(store, conn, kubernetes, on_lost=release_remote)
+    return LocalLauncher(store, conn, on_lost=release_remote)
+
+
+def release_remote(state: ClusterState) -> None:
+    """Tasks that do not die with a lost supervisor (pods) are deleted by whoever stops the cluster."""
+    if (state.launcher or {}).get("kind") == "kubernetes":
+        from ignite_tf.cluster.k8s.launcher import release
+
+        release(state)
 
 
 def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
@@ -45,12 +67,14 @@ def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
 
 
 def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
-                  workers: int | None = None, ps: int = 1, max_restarts: int = 3,
-                  startup_deadline_s: float = 120.0, grace_period_s: float = 10.0, cluster_id: str | None = None,
+                  workers: int | None = None, ps: int = 1,
+                  max_restarts: int = DEFAULT_MAX_RESTARTS, startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
+                  grace_period_s: float = 10.0, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, restart_policy: RestartPolicy | str | None = None,
-                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterState:
+                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
+                  labels: Mapping[str, Any] | None = None) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
@@ -60,6 +84,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     :param restart_policy: which failures are restarted (``ignite_tf.cluster.policy.RestartPolicy``; default
         ``exit-code``: signals, statuses >= 128 and the watchdog, not a task's own error).
     :param progress_timeout_s: a task silent this long after its first progress report is a failure (0: off).
+    :param labels: who started it (``dag_id``, ``run_id``, ``task_id``...), kept in the cluster state.
     :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
     """
@@ -95,6 +120,6 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         cluster_id=cluster_id, cache=cache, mode=mode, workers=plan.workers, ps=ps, run_dir=run_dir, job=job,
         worker_hosts=plan.worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
         startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
-        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s,
+        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s, labels=labels,
     )
     return launcher.launch(spec)

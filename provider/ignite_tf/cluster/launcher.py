@@ -114,11 +114,15 @@ class LocalLauncher(Launcher):
     """Tasks as local processes under a detached supervisor.
 
     :param conn: the Ignite connection handed to the tasks (secrets through the environment).
+    :param on_lost: ``(state) -> None`` for a stopped cluster whose supervisor was lost.
     """
 
-    def __init__(self, store: StateStore, conn=None):
+    def __init__(self, store: StateStore, conn=None, on_lost: Callable[[ClusterState], None] | None = None):
         super().__init__(store)
         self.conn = conn
+        # Called by stop() for a cluster whose supervisor was lost: tasks that do not die with it (pods) are
+        # deleted there (``make_launcher`` passes ``release_remote``).
+        self.on_lost = on_lost
 
     def launch(self, spec: ClusterSpec, timeout: float = 60.0) -> ClusterState:
         existing = self.store.get(spec.cluster_id)
@@ -131,7 +135,7 @@ class LocalLauncher(Launcher):
         env = self.supervisor_env(spec)
         with open(folder.supervisor_log, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)], env=env,
+                self.supervisor_command(spec_path), env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
@@ -147,6 +151,9 @@ class LocalLauncher(Launcher):
             time.sleep(0.05)
         proc.kill()
         raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
+
+    def supervisor_command(self, spec_path) -> list[str]:
+        return [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)]
 
     def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The supervisor's environment: the runtime's variables, the state store, this launcher's connection
@@ -193,6 +200,8 @@ class LocalLauncher(Launcher):
                 state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor gone", time.time()
                 state.mark_lost()
                 self.store.put(state)
+                if self.on_lost is not None:
+                    self.on_lost(state)
                 return state
             time.sleep(0.1)
         raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s")

@@ -24,6 +24,7 @@ from typing import Any
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.run_folder import RunFolder
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
 
 
@@ -84,7 +85,9 @@ def check_cluster_id(cluster_id: str) -> str:
 
 
 @dataclass
-class TaskSpec:
+class ClusterTask:
+    """One task of a cluster: its role, index and address (``chief-0``, ``worker-1``, ``ps-0``)."""
+
     role: Role
     index: int
     host: str
@@ -110,12 +113,12 @@ class ClusterSpec:
     cluster_id: str
     cache: str
     mode: Mode
-    tasks: list[TaskSpec]
+    tasks: list[ClusterTask]
     run_dir: str
     job: dict[str, Any]
     shard_plan_path: str | None = None
-    max_restarts: int = 3
-    startup_deadline_s: float = 120.0
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S
     grace_period_s: float = 10.0
     restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
     progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
@@ -124,13 +127,16 @@ class ClusterSpec:
     pass_env: list[str] = field(default_factory=list)
     """Names of the launcher's variables passed to every task through the environment only (``env`` items
     ``NAME``); their values are never written down (see ``environment.py``)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Who started the cluster, shown by ``ps`` and the Airflow page: ``dag_id``, ``run_id``, ``task_id``,
+    ``try_number``, ``map_index`` for a cluster started by ``TFClusterOperator``; empty from the CLI."""
 
     def __post_init__(self):
         self.mode = Mode(self.mode)
         self.restart_policy = RestartPolicy.parse(self.restart_policy)
         if self.progress_timeout_s < 0:
             raise ConfigError(f"progress_timeout_s must be >= 0 (0 turns the watchdog off; got {self.progress_timeout_s})")
-        self.tasks = [t if isinstance(t, TaskSpec) else TaskSpec(Role(t["role"]), t["index"], t["host"], t["port"])
+        self.tasks = [t if isinstance(t, ClusterTask) else ClusterTask(Role(t["role"]), t["index"], t["host"], t["port"])
                       for t in self.tasks]
         for t in self.tasks:
             t.role = Role(t.role)
@@ -141,7 +147,7 @@ class ClusterSpec:
         return sum(1 for t in self.tasks if t.role is Role.WORKER)
 
     @property
-    def chief(self) -> TaskSpec:
+    def chief(self) -> ClusterTask:
         """The task whose output is the job's output (async: the chief; sync: worker 0)."""
         for role in (Role.CHIEF, Role.WORKER):
             for t in self.tasks:
@@ -149,7 +155,7 @@ class ClusterSpec:
                     return t
         raise ConfigError(f"cluster {self.cluster_id} has no chief and no worker 0")
 
-    def task(self, name: str) -> TaskSpec:
+    def task(self, name: str) -> ClusterTask:
         for t in self.tasks:
             if t.name == name:
                 return t
@@ -168,13 +174,13 @@ class ClusterSpec:
     def tensorboard_dir(self) -> str:
         return str(self.folder.tensorboard)
 
-    def log_path(self, task: TaskSpec) -> str:
+    def log_path(self, task: ClusterTask) -> str:
         return str(self.folder.log(task.name))
 
-    def progress_path(self, task: TaskSpec) -> str:
+    def progress_path(self, task: ClusterTask) -> str:
         return str(self.folder.progress(task.name))
 
-    def task_dir(self, task: TaskSpec) -> str:
+    def task_dir(self, task: ClusterTask) -> str:
         """The task's working directory (async workers keep their data feed there)."""
         return str(self.folder.task_dir(task.name))
 
@@ -187,10 +193,10 @@ class ClusterSpec:
                 out[role.value] = [t.address for t in members]
         return out
 
-    def tf_config(self, task: TaskSpec) -> dict[str, Any]:
+    def tf_config(self, task: ClusterTask) -> dict[str, Any]:
         return {"cluster": self.cluster_dict(), "task": {"type": task.role.value, "index": task.index}}
 
-    def task_env(self, task: TaskSpec, attempt: int = 0) -> dict[str, str]:
+    def task_env(self, task: ClusterTask, attempt: int = 0) -> dict[str, str]:
         """What this spec sets in one task's environment; the supervisor adds the allowlisted rest of its own
         (the connection, ``pass_env``, PATH...), see ``environment.py``."""
         env = dict(self.env)
@@ -241,11 +247,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,
                job: dict[str, Any], ps: int = 1, worker_hosts: list[str | None] | None = None,
-               shard_plan_path: str | None = None, max_restarts: int = 3, startup_deadline_s: float = 120.0,
+               shard_plan_path: str | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
+               startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
                grace_period_s: float = 10.0, port_for=None,
                env: Iterable[str] | Mapping[str, str] | None = None,
                restart_policy: RestartPolicy | str | None = None,
-               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S) -> ClusterSpec:
+               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
+               labels: Mapping[str, Any] | None = None) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
     :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
@@ -273,14 +281,14 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
         # Consistent ids / node ids are not network hosts; the local launcher runs everything on loopback.
         return h if h and _looks_like_host(h) else "127.0.0.1"
 
-    tasks: list[TaskSpec] = []
+    tasks: list[ClusterTask] = []
     if mode is Mode.ASYNC:
-        tasks.append(TaskSpec(Role.CHIEF, 0, "127.0.0.1", 0))
+        tasks.append(ClusterTask(Role.CHIEF, 0, "127.0.0.1", 0))
     for i in range(workers):
-        tasks.append(TaskSpec(Role.WORKER, i, where(hosts[i]), 0))
+        tasks.append(ClusterTask(Role.WORKER, i, where(hosts[i]), 0))
     if mode is Mode.ASYNC:
         for i in range(ps):
-            tasks.append(TaskSpec(Role.PS, i, where(hosts[i % workers]), 0))
+            tasks.append(ClusterTask(Role.PS, i, where(hosts[i % workers]), 0))
     taken: set[tuple[str, int]] = set()
     for t in tasks:
         port = port_for(t.host)
@@ -292,7 +300,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
                        shard_plan_path=shard_plan_path, max_restarts=max_restarts,
                        startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env_values,
                        pass_env=list(pass_env), restart_policy=RestartPolicy.parse(restart_policy),
-                       progress_timeout_s=float(progress_timeout_s))
+                       progress_timeout_s=float(progress_timeout_s),
+                       labels={str(k): str(v) for k, v in (labels or {}).items()})
 
 
 def _looks_like_host(value: str) -> bool:

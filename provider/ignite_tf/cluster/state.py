@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,10 @@ class ClusterState:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     # Each failure the supervisor saw: task, exit_code, signal, kind, retryable, action (restarted or why not).
     failures: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # the spec's labels: the Airflow task that started it
+    # Where the tasks run beyond this machine: {} for local processes; for pods {"kind": "kubernetes",
+    # "namespace", "owner", "conn_id"}, so any process that stops the cluster can also delete its objects.
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -142,7 +146,8 @@ class ClusterState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterState:
-        return cls(**data)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})  # a newer writer's extra keys are skipped
 
     def summary(self) -> dict[str, Any]:
         """Small JSON-able result (XCom): status, reason, restarts and the last epoch's metrics."""

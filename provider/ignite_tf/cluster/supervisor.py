@@ -30,7 +30,7 @@ from pathlib import Path
 from ignite_tf.cluster.bytecode import with_bytecode_cache
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
-from ignite_tf.cluster.spec import ClusterSpec, Mode, Role, TaskSpec
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 from ignite_tf.runtime import progress
 
@@ -57,6 +57,12 @@ def _listening(host: str, port: int) -> bool:
 
 
 class Supervisor:
+    """Supervises local processes; a subclass may supervise other kinds of tasks (pods) by overriding
+    ``start_task``, ``kill_task``, ``stop_all`` and the hooks ``poll_task``, ``task_up``, ``task_pid``,
+    ``exit_detail`` and ``waiting_reason``."""
+
+    poll_s = POLL_S
+
     def __init__(self, spec: ClusterSpec, store: StateStore, command_for):
         self.spec = spec
         self.store = store
@@ -68,14 +74,36 @@ class Supervisor:
             cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_dir,
             tasks=[TaskState(t.role.value, t.index, t.host, t.port, log=spec.log_path(t)) for t in spec.tasks],
             supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
+            labels=dict(spec.labels),
         )
         self._last_put = 0.0
         self._last_store_poll = 0.0
         self._last_watch = 0.0
 
     # -- bookkeeping ---------------------------------------------------------------------------------------
-    def tstate(self, task: TaskSpec) -> TaskState:
+    def tstate(self, task: ClusterTask) -> TaskState:
         return next(s for s in self.state.tasks if s.name == task.name)
+
+    # -- hooks: what a task is, for local processes -----------------------------------------------------
+    def poll_task(self, task: ClusterTask) -> int | None:
+        """The task's exit status (negative: a signal), None while it runs."""
+        return self.procs[task.name].poll()
+
+    def task_up(self, task: ClusterTask) -> bool:
+        """Whether a starting task is up (listens on its port)."""
+        return _listening(task.host, task.port)
+
+    def task_pid(self, task: ClusterTask) -> int:
+        proc = self.procs.get(task.name)
+        return proc.pid if proc else 0
+
+    def exit_detail(self, task: ClusterTask, code: int) -> str:
+        """More about a failed task's end (a pod: OOMKilled with its limit); '' when nothing more is known."""
+        return ""
+
+    def waiting_reason(self, task: ClusterTask) -> str:
+        """Why a task is not up yet (a pod: the scheduler's reason), for the start-up deadline's message."""
+        return ""
 
     def event(self, message: str) -> None:
         """A supervisor event, written to its own log and into the chief's output (what `attach` streams)."""
@@ -96,7 +124,7 @@ class Supervisor:
             self._last_put = now
 
     # -- tasks ---------------------------------------------------------------------------------------------
-    def start_task(self, task: TaskSpec) -> None:
+    def start_task(self, task: ClusterTask) -> None:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
         progress = Path(self.spec.progress_path(task))
         progress.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +149,7 @@ class Supervisor:
         self.state.status = Status.STARTING
         self.save(force=True)
 
-    def kill_task(self, task: TaskSpec, grace: float) -> None:
+    def kill_task(self, task: ClusterTask, grace: float) -> None:
         proc = self.procs.get(task.name)
         if proc is None:
             return
@@ -163,7 +191,7 @@ class Supervisor:
         self.start_all()
         return True
 
-    def restart_task(self, task: TaskSpec, why: str) -> bool:
+    def restart_task(self, task: ClusterTask, why: str) -> bool:
         if self.state.restarts >= self.spec.max_restarts:
             return False
         self.state.restarts += 1
@@ -206,7 +234,7 @@ class Supervisor:
         self.state.failures.append({**failure.to_dict(), "time": time.time(), "action": f"not restarted: {why_not}"})
         return self.finish(Status.FAILED, code, f"{why}; {why_not}")
 
-    def recover(self, failures: list[Failure], task: TaskSpec) -> ExitCode | None:
+    def recover(self, failures: list[Failure], task: ClusterTask) -> ExitCode | None:
         """Restart after ``failures`` (tasks that ended together) if the policy allows, else end the cluster."""
         cause = first_cause(failures)
         for f in failures:
@@ -235,7 +263,7 @@ class Supervisor:
                 outcome = self.step()
                 if outcome is not None:
                     return outcome
-                time.sleep(POLL_S)
+                time.sleep(self.poll_s)
         except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
             self.stop_all(grace=0)
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
@@ -253,10 +281,10 @@ class Supervisor:
         self._last_watch = now
         silent = []
         for task in self.spec.tasks:
-            proc = self.procs.get(task.name)
-            last = progress.read(self.spec.progress_path(task)) if proc and proc.poll() is None else None
+            live = task.name in self.procs and self.poll_task(task) is None
+            last = progress.read(self.spec.progress_path(task)) if live else None
             if last and last.get("watch") and now - last["time"] > timeout:
-                silent.append(Failure(task.name, proc.pid, None, silent_s=now - last["time"],
+                silent.append(Failure(task.name, self.task_pid(task), None, silent_s=now - last["time"],
                                       detail=f"last: {last.get('what')} at {time.strftime('%H:%M:%S', time.localtime(last['time']))}"))
         return silent
 
@@ -279,13 +307,12 @@ class Supervisor:
         if self._stop_requested():
             return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
         chief = self.spec.chief
-        failures: list[tuple[Failure, TaskSpec]] = []
+        failures: list[tuple[Failure, ClusterTask]] = []
         for task in self.spec.tasks:
-            proc = self.procs[task.name]
-            code = proc.poll()
+            code = self.poll_task(task)
             ts = self.tstate(task)
             if code is None:
-                if ts.state == "starting" and _listening(task.host, task.port):
+                if ts.state == "starting" and self.task_up(task):
                     ts.state = "running"
                 continue
             if ts.state in ("exited", "failed", "killed"):
@@ -306,7 +333,7 @@ class Supervisor:
                     return self.finish(Status.SUCCEEDED, ExitCode.SUCCEEDED, "training finished")
                 continue
             ts.state = "failed"
-            failures.append((Failure(task.name, proc.pid, code), task))
+            failures.append((Failure(task.name, self.task_pid(task), code, detail=self.exit_detail(task, code)), task))
         if not failures:
             silent = self.silent_tasks()
             if silent:
@@ -332,7 +359,8 @@ class Supervisor:
                            f"{time.monotonic() - self.attempt_started:.1f}s")
                 self.save(force=True)
             elif time.monotonic() - self.attempt_started > self.spec.startup_deadline_s:
-                missing = [t.name for t in self.spec.tasks if self.tstate(t).state == "starting"]
+                missing = [t.name + (f" ({why})" if (why := self.waiting_reason(t)) else "")
+                           for t in self.spec.tasks if self.tstate(t).state == "starting"]
                 return self.finish(Status.FAILED, ExitCode.STARTUP_DEADLINE,
                                    f"start-up deadline of {self.spec.startup_deadline_s:.0f}s passed; not up: "
                                    f"{', '.join(missing)} (see their logs in {self.spec.folder.logs})")
@@ -347,7 +375,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
+def task_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
     """argv of one task: the runtime with an entry point, or the user's script (chief only in async mode)."""
     job = spec.job
     runtime = [sys.executable, "-m", "ignite_tf.runtime"]
@@ -359,11 +387,11 @@ def task_command(spec: ClusterSpec, task: TaskSpec) -> list[str]:
     return [*runtime, "--entry-point", job["entry_point"], *job.get("args", [])]
 
 
-def runs_user_command(spec: ClusterSpec, task: TaskSpec) -> bool:
+def runs_user_command(spec: ClusterSpec, task: ClusterTask) -> bool:
     return "command" in spec.job and (spec.mode is Mode.SYNC or task.role is Role.CHIEF)
 
 
-def task_cwd(spec: ClusterSpec, task: TaskSpec) -> str:
+def task_cwd(spec: ClusterSpec, task: ClusterTask) -> str:
     """A user's script runs in its job directory; runtime tasks in their own task directory."""
     if runs_user_command(spec, task) and spec.job.get("job_dir"):
         return spec.job["job_dir"]

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.dags.spec import PipelineConfig, param_bounds
+from ignite_tf.dags.schema import param_bounds
+from ignite_tf.dags.spec import PipelineConfig
 
 OPERATORS = "ignite_tf.operators"
 
@@ -37,7 +38,7 @@ class Ref:
 class ModelAsset:
     """The Asset a published model updates (``ignite_tf.operators.publish.model_asset``)."""
 
-    registry: str
+    registry_root: str
     model: str
 
 
@@ -112,30 +113,56 @@ class GeneratorSource:
 _PARAM_HELP = {
     "epochs": "passes over the data",
     "batch_size": "rows per step per worker",
-    "learning_rate": "optimizer step size (null: the model's default)",
+    "learning_rate": "optimizer step size",
     "workers": "TensorFlow workers (one shard of the cache each)",
     "ps": "parameter servers (async mode only)",
 }
+_PARAM_TITLES = {"epochs": "Epochs", "batch_size": "Batch size", "learning_rate": "Learning rate",
+                 "workers": "Workers", "ps": "Parameter servers", "mode": "Mode (sync / async SGD)",
+                 "model_args": "Model arguments"}
 _PARAM_TYPES = {"epochs": "integer", "batch_size": "integer", "workers": "integer", "ps": "integer",
                 "learning_rate": "number"}
 
 
+def bounds_text(bounds: dict[str, Any]) -> str:
+    """``1 to 64``, ``above 0, at most 10``: the bounds in words, for the trigger form (it does not show them)."""
+    low = (f"at least {bounds['minimum']}" if "minimum" in bounds else
+           f"above {bounds['exclusiveMinimum']}" if "exclusiveMinimum" in bounds else "")
+    high = f"at most {bounds['maximum']}" if "maximum" in bounds else ""
+    if "minimum" in bounds and high:
+        return f"{bounds['minimum']} to {bounds['maximum']}"
+    return ", ".join(t for t in (low, high) if t)
+
+
 def params_for(config: PipelineConfig) -> dict[str, ParamSpec]:
-    """The run-time training settings: defaults from the spec, types and bounds from the spec schema."""
+    """The run-time training settings: defaults from the spec, types and bounds from the spec schema; a title
+    and a description (with the bounds in words) for each field of the trigger form."""
     training = config.training
     out: dict[str, ParamSpec] = {}
     if training.entry_point:
-        out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode]},
-                                "sync: all-reduce every step; async: parameter servers")
-        out["model_args"] = ParamSpec(dict(training.model_args), {"type": "object"},
-                                      "keyword arguments of the model function, e.g. {\"hidden\": 64}")
+        out["mode"] = ParamSpec(training.mode.value, {"type": "string", "enum": [m.value for m in Mode],
+                                                      "title": _PARAM_TITLES["mode"]},
+                                "sync: all workers average gradients every step; async: parameter servers apply "
+                                "each worker's gradients as they come")
+        out["model_args"] = ParamSpec(dict(training.model_args), {"type": "object",
+                                                                  "title": _PARAM_TITLES["model_args"]},
+                                      "keyword arguments of the model function (JSON), e.g. {\"hidden\": 64}")
     for name in training.uses:
         default = getattr(training, name)
         kind: Any = _PARAM_TYPES[name]
         if default is None:
             kind = [kind, "null"]
-        out[name] = ParamSpec(default, {"type": kind, **param_bounds(name)}, _PARAM_HELP[name])
+        bounds = param_bounds(name)
+        help_text = f"{_PARAM_HELP[name]}: {_kind_text(kind)} {bounds_text(bounds)}"
+        if default is None:
+            help_text += "; empty for the default"
+        out[name] = ParamSpec(default, {"type": kind, "title": _PARAM_TITLES[name], **bounds}, help_text)
     return out
+
+
+def _kind_text(kind: Any) -> str:
+    first = kind[0] if isinstance(kind, list) else kind
+    return "a whole number," if first == "integer" else "a number,"
 
 
 def _param(name: str, params: dict[str, ParamSpec], fallback: Any) -> Any:
@@ -166,13 +193,13 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                                "batch_size": _param("batch_size", params, training.batch_size),
                                "learning_rate": _param("learning_rate", params, training.learning_rate),
                                "model_args": _param("model_args", params, dict(training.model_args)),
-                               "label_column": training.label}
-        recorded = {"entry_point": training.entry_point, "label": training.label,
+                               "label_column": training.label_column}
+        recorded = {"entry_point": training.entry_point, "label_column": training.label_column,
                     **{k: job[k] for k in ("epochs", "batch_size", "learning_rate", "model_args")}}
     else:
         # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
-        job = {"command": [sys.executable, training.script, *training.args], "job_dir": str(training.job_dir)}
-        recorded = {"script": training.script, "args": list(training.args)}
+        job = {"command": training.argv(sys.executable), "job_dir": str(training.job_dir)}
+        recorded = {"command": list(training.command)}
     tasks = [
         TaskSpec("load", f"{OPERATORS}.ignite.IgniteLoadOperator",
                  {**conn, "cache": config.cache, "key": config.key, **load_source}),
@@ -190,14 +217,16 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                   "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
                   "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
                   "restart_policy": training.restart_policy.value, "progress_timeout_s": training.progress_timeout_s,
-                  **({"env": list(training.env)} if training.env else {}), **job},
+                  **({"env": list(training.env)} if training.env else {}), **job,
+                  **({"launcher": training.launcher.value} if training.launcher.value != "local" else {}),
+                  **({"kubernetes": training.kubernetes} if training.kubernetes else {})},
                  after=("validation_gate",)),
     ]
     if config.publish is not None:
         pub = config.publish
         tasks.append(TaskSpec(
             "publish", f"{OPERATORS}.publish.PublishModelOperator",
-            {**conn, "registry_root": pub.registry, "model_name": pub.model, "training": Ref("train"),
+            {**conn, "registry_root": pub.registry_root, "model": pub.model, "training": Ref("train"),
              "validation": Ref("validation_gate"), "partition_map": Ref("partitions"),
              "thresholds": {k: list(v) for k, v in pub.thresholds.items()}, "tolerance": pub.tolerance,
              "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded}}))
@@ -208,12 +237,12 @@ def render(config: PipelineConfig) -> list[DagSpec]:
     if config.inference is not None and config.publish is not None:
         inf, pub = config.inference, config.publish
         score = TaskSpec("score", f"{OPERATORS}.inference.BatchInferenceOperator",
-                         {**conn, "registry_root": pub.registry, "model_name": pub.model,
+                         {**conn, "registry_root": pub.registry_root, "model": pub.model,
                           "input_cache": inf.input_cache, "output_cache": inf.output_cache, "shards": inf.shards},
                          expand={"shard": list(range(inf.shards))})
         dags.append(DagSpec(f"{config.dag_id}_inference",
                             f"Score {inf.input_cache} into {inf.output_cache} with each new production "
-                            f"'{pub.model}' model", ModelAsset(pub.registry, pub.model),
+                            f"'{pub.model}' model", ModelAsset(pub.registry_root, pub.model),
                             tuple(dict.fromkeys((*config.tags, "inference"))), config.owner, (score,),
                             doc_md=_doc(config)))
     return dags
@@ -245,7 +274,7 @@ def build_dag(spec: DagSpec, fileloc: str | None = None):
 
     schedule: Any = spec.schedule
     if isinstance(schedule, ModelAsset):
-        schedule = [model_asset(schedule.registry, schedule.model)]
+        schedule = [model_asset(schedule.registry_root, schedule.model)]
     elif isinstance(schedule, NamedAsset):
         value = schedule.value
         schedule = [Asset(uri=value) if "://" in value else Asset.ref(name=value)]

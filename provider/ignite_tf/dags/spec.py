@@ -1,4 +1,4 @@
-"""Pipeline specs: YAML files checked against ``resources/pipeline.schema.json``, parsed into dataclasses.
+"""Pipeline specs: YAML files checked against the JSON Schema (``schema.py``), parsed into dataclasses.
 
 Parsing is plain Python (PyYAML, jsonschema, croniter): no Airflow, TensorFlow or Great Expectations, so a
 DAG processor pays milliseconds per spec. Every error is a :class:`SpecError` naming the file, the field
@@ -10,15 +10,11 @@ single reference takes the type of its value, so ``rows: ${IGNITE_TF_DEMO_ROWS:-
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +23,24 @@ import yaml
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
+from ignite_tf.dags.schema import field_path, schema_problems
+from ignite_tf.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EPOCHS,
+    DEFAULT_LABEL_COLUMN,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_REGISTRY_ROOT,
+    DEFAULT_STARTUP_DEADLINE_S,
+    ENV_REGISTRY_ROOT,
+)
 from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecError
 from ignite_tf.plan.shards import Reshuffle
 
-SCHEMA_RESOURCE = "pipeline.schema.json"
-DEFAULT_REGISTRY = "${IGNITE_TF_REGISTRY:-~/.cache/ignite-tf/registry}"
+DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"
+# A command's first item that runs with the Python that parses the DAG (the worker that runs the task
+# parses it again), not whatever ``python`` the task's PATH holds.
+PYTHON_NAMES = ("python", "python3")
 PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 # Training settings a run may override (Airflow Params); their bounds live in the schema's $defs.
 PARAM_FIELDS = ("epochs", "batch_size", "learning_rate", "workers", "ps")
@@ -43,8 +51,11 @@ def _fail(field_path: str, message: str):
     raise SpecError(None, [(field_path, message)])
 
 
-class Launcher(StrEnum):
+class LauncherKind(StrEnum):
+    """Where the TF processes run (``training.launcher``); ``ignite_tf.cluster.launcher`` holds the launchers."""
+
     LOCAL = "local"
+    KUBERNETES = "kubernetes"
 
 
 @dataclass(frozen=True)
@@ -96,35 +107,47 @@ class TrainingConfig:
     mode: Mode = Mode.SYNC
     workers: int = 2
     ps: int = 1
-    launcher: Launcher = Launcher.LOCAL
+    launcher: LauncherKind = LauncherKind.LOCAL
     entry_point: str | None = None
     """``package.module:function`` returning a compiled tf_keras model, trained by ``ignite_tf.runtime.train``."""
-    script: str | None = None
-    """A user's script, relative to ``job_dir``, run unchanged with TF_CONFIG set."""
-    args: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    """A user's command, run unchanged in ``job_dir`` with TF_CONFIG set: a program (or a ``.py`` script,
+    relative to ``job_dir``), then its arguments. A script, ``python`` or ``python3`` first runs with the
+    Python that runs Airflow."""
     job_dir: Path | None = None
     model_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the entry point's model function (``--model-arg``), e.g. ``{"hidden": 64}``."""
-    epochs: int = 5
-    batch_size: int = 64
+    epochs: int = DEFAULT_EPOCHS
+    batch_size: int = DEFAULT_BATCH_SIZE
     learning_rate: float | None = None
-    label: str = "label"
-    max_restarts: int = 2
-    startup_deadline_s: float = 180.0
+    label_column: str = DEFAULT_LABEL_COLUMN
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S
     restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
     """Which failures are restarted: on-failure, exit-code (signals, statuses >= 128, the watchdog), never."""
     progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
     """Seconds a task may go without progress after its first report (0: watchdog off)."""
     env: tuple[str, ...] = ()
     """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
+    kubernetes: dict[str, Any] | None = None
+    """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
 
     def __post_init__(self):
         try:
             parse_env(self.env)
         except ConfigError as exc:
             _fail("env", str(exc))
-        if (self.entry_point is None) == (self.script is None):
-            _fail("", "give exactly one of entry_point ('module:function') or script (+ args, job_dir)")
+        if self.kubernetes is not None:
+            if self.launcher is not LauncherKind.KUBERNETES:
+                _fail("kubernetes", "goes with launcher: kubernetes")
+            from ignite_tf.cluster.k8s.settings import KubernetesSettings
+
+            try:
+                KubernetesSettings.parse(self.kubernetes)
+            except (ConfigError, TypeError) as exc:
+                _fail("kubernetes", str(exc))
+        if (self.entry_point is None) == (not self.command):
+            _fail("", "give exactly one of entry_point ('module:function') or command ([script, args...], job_dir)")
         if self.workers < 1:
             _fail("workers", f"{self.workers} is not allowed: a cluster needs at least 1 worker")
         if self.mode is Mode.ASYNC and self.ps < 1:
@@ -133,22 +156,38 @@ class TrainingConfig:
             _fail("epochs" if self.epochs < 1 else "batch_size", "must be >= 1")
         if self.learning_rate is not None and self.learning_rate <= 0:
             _fail("learning_rate", "must be > 0 (or null for the model's default)")
-        if self.script is not None:
+        if self.command:
             if self.job_dir is None or not self.job_dir.exists():
                 _fail("job_dir", f"{self.job_dir} does not exist (paths are relative to the spec file)")
-            if self.job_dir.is_dir() and not (self.job_dir / self.script).is_file():
-                _fail("script", f"{self.script!r} is not a file in job_dir {self.job_dir}")
-        elif self.args or self.job_dir is not None:
-            _fail("args" if self.args else "job_dir", "goes with script; an entry_point takes the training settings")
-        if self.script is not None and self.model_args:
-            _fail("model_args", "goes with entry_point; a script takes its settings from args")
+            script = self.script
+            if script is not None and self.job_dir.is_dir() and not (self.job_dir / script).is_file():
+                _fail("command", f"{script!r} is not a file in job_dir {self.job_dir}")
+        elif self.job_dir is not None:
+            _fail("job_dir", "goes with command; an entry_point takes the training settings")
+        if self.command and self.model_args:
+            _fail("model_args", "goes with entry_point; a command takes its settings as arguments")
+
+    @property
+    def script(self) -> str | None:
+        """The ``.py`` script the command runs: ``train.py`` of ``[train.py, ...]`` or ``[python, train.py, ...]``."""
+        items = self.command[1:2] if self.command[:1] and self.command[0] in PYTHON_NAMES else self.command[:1]
+        return next((item for item in items if item.endswith(".py")), None)
+
+    def argv(self, python: str) -> list[str]:
+        """The command to run, with ``python`` for a leading script, ``python`` or ``python3``."""
+        if not self.command:
+            return []
+        first, *rest = self.command
+        if first in PYTHON_NAMES:
+            return [python, *rest]
+        return [python, first, *rest] if first.endswith(".py") else [first, *rest]
 
     @property
     def uses(self) -> tuple[str, ...]:
-        """Training settings a run can change: all for an entry point; for a script those its args template."""
+        """Training settings a run can change: all for an entry point; for a command those its arguments template."""
         if self.entry_point:
             return PARAM_FIELDS
-        text = " ".join(self.args)
+        text = " ".join(self.command)
         fixed = ("workers", "ps") if self.mode is Mode.ASYNC else ("workers",)
         return tuple(n for n in PARAM_FIELDS if n in fixed or f"params.{n}" in text)
 
@@ -158,7 +197,7 @@ class PublishConfig:
     """Publishing to the model registry behind a blessing gate."""
 
     model: str
-    registry: str
+    registry_root: str
     thresholds: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     tolerance: float = 0.0
 
@@ -227,17 +266,6 @@ def check_schedule(value: str) -> None:
                           f"day-of-week, e.g. '0 3 * * 1'); or use a preset: {', '.join(PRESETS)}")
 
 
-@cache
-def schema() -> dict[str, Any]:
-    """The published JSON Schema of pipeline specs."""
-    return json.loads(resources.files("ignite_tf").joinpath("resources", SCHEMA_RESOURCE).read_text())
-
-
-def param_bounds(name: str) -> dict[str, Any]:
-    """JSON-schema bounds (``minimum``...) of a training setting, shared by the spec schema and the Params."""
-    return {k: v for k, v in schema()["$defs"][name].items() if k not in ("type", "pattern")}
-
-
 def parse_spec(path: str | Path) -> PipelineConfig:
     """Read, expand, validate and parse one spec file.
 
@@ -258,62 +286,10 @@ def parse_spec(path: str | Path) -> PipelineConfig:
         raise exc.within(path) from None
 
 
-def schema_problems(doc: Any) -> list[tuple[str, str]]:
-    """Every JSON-Schema violation of ``doc`` as ``(field path, message)``, in document order."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema())
-    out = [_describe(e) for e in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])]
-    return list(dict.fromkeys(out))
-
-
-def _describe(error) -> tuple[str, str]:
-    path = ".".join(str(p) for p in error.absolute_path)
-    kind, value, rule, sub = error.validator, error.instance, error.validator_value, error.schema
-    allowed = sub.get("description", "")
-    if kind == "additionalProperties" and isinstance(value, dict):
-        known = sorted(sub.get("properties", {}))
-        extra = sorted(set(value) - set(known))
-        if known:
-            close = difflib.get_close_matches(extra[0], known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            return (_join(path, extra[0]), f"unknown key {extra[0]!r}{hint}; allowed keys: {', '.join(known)}")
-        return (_join(path, extra[0]) if extra else path, error.message)
-    if kind == "required":
-        missing = error.message.split("'")[1] if "'" in error.message else error.message
-        what = sub.get("properties", {}).get(missing, {}).get("description", "")
-        return (_join(path, missing), f"is required{f' ({what})' if what else ''}")
-    if kind in ("type", "pattern") and ("integer" in _types(sub) or "number" in _types(sub)):
-        want = "an integer" if "integer" in _types(sub) else "a number"
-        return (path, f"expected {want} (or a ${{ENV}} reference), got {value!r}")
-    if kind == "type":
-        return (path, f"expected {' or '.join(_types(sub))}, got {type(value).__name__} {value!r}")
-    if kind == "enum":
-        return (path, f"{value!r} is not allowed; allowed: {', '.join(map(str, rule))}")
-    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        bounds = {k: sub[k] for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if k in sub}
-        text = ", ".join(f"{k.replace('exclusiveM', 'exclusive m')} {v}" for k, v in bounds.items())
-        return (path, f"{value!r} is out of range ({text})")
-    if kind == "pattern":
-        return (path, f"{value!r} is not allowed: {allowed or 'must match ' + rule}")
-    if kind == "anyOf" and error.context:
-        return _describe(max(error.context, key=lambda e: len(e.absolute_path)))
-    return (path, f"{error.message}{f' ({allowed})' if allowed else ''}")
-
-
-def _types(sub: dict) -> list[str]:
-    kind = sub.get("type", [])
-    return [kind] if isinstance(kind, str) else list(kind)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
 def _expand(value: Any, where: str) -> Any:
     """``${NAME}`` / ``${NAME:-default}`` in every string; a whole-string reference takes its value's type."""
     if isinstance(value, dict):
-        return {k: _expand(v, _join(where, str(k))) for k, v in value.items()}
+        return {k: _expand(v, field_path(where, str(k))) for k, v in value.items()}
     if isinstance(value, list):
         return [_expand(v, f"{where}.{i}") for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
@@ -358,26 +334,28 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
                             schema=value.get("schema"))
 
     def training(t):
-        job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("script") else None)
+        job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("command") else None)
         lr = t.get("learning_rate")
         return TrainingConfig(
             mode=Mode(t.get("mode", "sync")), workers=t.get("workers", 2), ps=t.get("ps", 1),
-            launcher=Launcher(t.get("launcher", "local")), entry_point=t.get("entry_point"), script=t.get("script"),
-            args=tuple(t.get("args", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
-            epochs=t.get("epochs", 5),
-            batch_size=t.get("batch_size", 64), learning_rate=None if lr is None else float(lr),
-            label=t.get("label", "label"), max_restarts=t.get("max_restarts", 2),
-            startup_deadline_s=float(t.get("startup_deadline_s", 180.0)),
+            launcher=LauncherKind(t.get("launcher", LauncherKind.LOCAL.value)), entry_point=t.get("entry_point"),
+            command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
+            epochs=t.get("epochs", DEFAULT_EPOCHS),
+            batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
+            label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
+            max_restarts=t.get("max_restarts", DEFAULT_MAX_RESTARTS),
+            startup_deadline_s=float(t.get("startup_deadline_s", DEFAULT_STARTUP_DEADLINE_S)),
             restart_policy=RestartPolicy.parse(t.get("restart_policy")),
             progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)),
-            env=tuple(t.get("env", ())))
+            env=tuple(t.get("env", ())),
+            kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
 
     def publish(p):
-        registry = p.get("registry") or _expand(DEFAULT_REGISTRY, "publish.registry")
-        if "://" not in registry:
-            registry = str(_resolve(base, registry))
+        registry_root = p.get("registry_root") or _expand(DEFAULT_REGISTRY, "publish.registry_root")
+        if "://" not in registry_root:
+            registry_root = str(_resolve(base, registry_root))
         thresholds = {m: (b[0], b[1]) for m, b in (p.get("thresholds") or {}).items()}
-        return PublishConfig(model=p["model"], registry=registry, thresholds=thresholds,
+        return PublishConfig(model=p["model"], registry_root=registry_root, thresholds=thresholds,
                              tolerance=float(p.get("tolerance", 0.0)))
 
     def inference(i):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
 from functools import cached_property
 from typing import Any
 
@@ -26,6 +28,39 @@ class IgniteTFOperator(BaseOperator):
         return IgniteHook(self.ignite_conn_id).get_config()
 
 
+def renamed_arguments(**old_to_new: str):
+    """Class decorator: an operator's old argument names keep working for one release, with a DeprecationWarning.
+
+    ``@renamed_arguments(model_name="model")`` maps ``model_name=`` to ``model=``. Applied after Airflow's
+    metaclass wraps ``__init__``, so the operator's own signature (and its required arguments) is the new one;
+    ``partial()`` accepts the old names too.
+    """
+
+    def decorate(cls):
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            for old, new in old_to_new.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(f"{cls.__name__}: give {new}= only ({old}= is its deprecated name)")
+                warnings.warn(f"{cls.__name__}: argument {old}= is deprecated, use {new}= (the old name is "
+                              f"removed in the next release)", DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            init(self, *args, **kwargs)
+
+        # Airflow wires XCom dependencies once, in the __init__ whose __wrapped__ is the class's own function.
+        __init__.__wrapped__ = getattr(init, "__wrapped__", init)
+        names = getattr(init, "_BaseOperatorMeta__param_names", None)
+        if names is not None:  # what partial()/expand() check keyword arguments against
+            __init__._BaseOperatorMeta__param_names = set(names) | set(old_to_new)
+        __init__.renamed_arguments = dict(old_to_new)
+        cls.__init__ = __init__
+        return cls
+
+    return decorate
 class WaitsForCluster:
     """``execute_complete`` of the tasks that wait for a TensorFlow cluster (``TFClusterOperator``,
     ``TFClusterSensor``): the cluster's summary, or AirflowException naming why it failed."""

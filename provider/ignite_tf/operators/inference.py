@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ignite_tf.operators.base import IgniteTFOperator, as_dict
+from ignite_tf.operators.base import IgniteTFOperator, as_dict, renamed_arguments
 
 
+@renamed_arguments(model_name="model")
 class BatchInferenceOperator(IgniteTFOperator):
     """Write one prediction per input row to ``output_cache``, keyed like the input.
 
@@ -17,7 +18,7 @@ class BatchInferenceOperator(IgniteTFOperator):
     as long as the input does not change while they score.
 
     :param registry_root: the model registry (templated).
-    :param model_name: model name in the registry (templated).
+    :param model: model name in the registry (templated; ``model_name=``: deprecated).
     :param input_cache: cache to score (templated).
     :param output_cache: cache the predictions go to, created on first write (templated).
     :param version: a named version (templated); default the production version.
@@ -28,14 +29,14 @@ class BatchInferenceOperator(IgniteTFOperator):
     :param batch_size: rows per read batch and per model call.
     """
 
-    template_fields: Sequence[str] = ("registry_root", "model_name", "version", "input_cache", "output_cache",
+    template_fields: Sequence[str] = ("registry_root", "model", "version", "input_cache", "output_cache",
                                       "shard", "shards", "plan")
 
-    def __init__(self, *, registry_root: str, model_name: str, input_cache: str, output_cache: str,
+    def __init__(self, *, registry_root: str, model: str, input_cache: str, output_cache: str,
                  version: str | None = None, shard: int | str = 0, shards: int | str = 1, plan: Any = None,
                  features: list[str] | None = None, batch_size: int = 4096, **kwargs):
         super().__init__(**kwargs)
-        self.registry_root, self.model_name, self.version = registry_root, model_name, version
+        self.registry_root, self.model, self.version = registry_root, model, version
         self.input_cache, self.output_cache = input_cache, output_cache
         self.shard, self.shards, self.plan, self.features, self.batch_size = shard, shards, plan, features, batch_size
 
@@ -58,7 +59,7 @@ class BatchInferenceOperator(IgniteTFOperator):
         from ignite_tf.inference import predict_shard
 
         plan = self.shard_plan()
-        report = predict_shard(self.conn, registry_root=self.registry_root, model=self.model_name,
+        report = predict_shard(self.conn, registry_root=self.registry_root, model=self.model,
                                version=self.version or None, input_cache=self.input_cache,
                                output_cache=self.output_cache, tasks=plan.shard(int(self.shard)).read_tasks(),
                                features=self.features, batch_size=self.batch_size, partition_map=plan.partition_map)

@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from ignite_tf.operators.base import IgniteTFOperator, as_dict
+from ignite_tf.operators.base import IgniteTFOperator, as_dict, renamed_arguments
+from ignite_tf.operators.links import ClusterPageLink, RegistryVersionLink, TensorBoardLink
 
 
 def model_asset(registry_root: str, model: str) -> Asset:
@@ -25,6 +26,7 @@ def model_asset(registry_root: str, model: str) -> Asset:
     return Asset(name=f"ignite_tf_model_{model}_{digest}", uri=uri)
 
 
+@renamed_arguments(model_name="model")
 class PublishModelOperator(IgniteTFOperator):
     """Publish the chief's SavedModel, checkpoint and TensorBoard logs as a new version; promote it to
     ``production`` only if the blessing gate passes.
@@ -32,7 +34,7 @@ class PublishModelOperator(IgniteTFOperator):
     Every run publishes a candidate; the Asset event (extra: version, status) is emitted on every publish.
 
     :param registry_root: registry location: a path, an fsspec URL or an ObjectStoragePath (templated).
-    :param model_name: model name in the registry (templated).
+    :param model: model name in the registry (templated; ``model_name=``: deprecated).
     :param training: the ``TFClusterOperator`` result (run_dir, metrics).
     :param thresholds: metric -> (min, max) that a production model must meet.
     :param tolerance: relative slack against the current production model's metrics.
@@ -41,18 +43,20 @@ class PublishModelOperator(IgniteTFOperator):
     :param training_params: training parameters to record.
     """
 
-    template_fields: Sequence[str] = ("registry_root", "model_name", "training", "validation", "partition_map",
+    template_fields: Sequence[str] = ("registry_root", "model", "training", "validation", "partition_map",
                                       "training_params")
+    operator_extra_links = (RegistryVersionLink(), ClusterPageLink(), TensorBoardLink())
 
-    def __init__(self, *, registry_root: str, model_name: str, training: Any, thresholds: dict | None = None,
+    def __init__(self, *, registry_root: str, model: str, training: Any, thresholds: dict | None = None,
                  tolerance: float = 0.0, validation: Any = None, partition_map: Any = None,
                  training_params: dict | None = None, **kwargs):
-        kwargs.setdefault("outlets", [model_asset(registry_root, model_name)])
+        kwargs.setdefault("outlets", [model_asset(registry_root, model)])
         super().__init__(**kwargs)
-        self.registry_root, self.model_name, self.training = registry_root, model_name, training
+        self.registry_root, self.model, self.training = registry_root, model, training
         self.thresholds, self.tolerance = thresholds or {}, tolerance
         self.validation, self.partition_map = validation, partition_map
         self.training_params = training_params or {}
+        self.published: dict[str, Any] | None = None  # the publish result, for the extra links
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.cluster.run_folder import RunFolder
@@ -76,13 +80,14 @@ class PublishModelOperator(IgniteTFOperator):
                        "try_number": ti.try_number, "cluster_id": training.get("cluster_id")}
         gate = BlessingGate(thresholds={k: tuple(v) for k, v in self.thresholds.items()}, tolerance=self.tolerance)
         result = ModelRegistry(self.registry_root).publish(
-            self.model_name, saved_model_dir=str(run.model), checkpoint_dir=str(run.backup),
+            self.model, saved_model_dir=str(run.model), checkpoint_dir=str(run.backup),
             tensorboard_dir=str(run.tensorboard),
             metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
             context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
         )
-        self.log.info("published %s %s as %s%s", self.model_name, result.version, result.status,
+        self.log.info("published %s %s as %s%s", self.model, result.version, result.status,
                       f" ({'; '.join(result.reasons)})" if result.reasons else "")
+        self.published = {**result.to_dict(), "cluster_id": training.get("cluster_id")}
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = {"version": result.version, "status": result.status}

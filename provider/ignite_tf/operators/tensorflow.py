@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from ignite_tf.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EPOCHS,
+    DEFAULT_LABEL_COLUMN,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_STARTUP_DEADLINE_S,
+)
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
+from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink
 
 
 class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
@@ -44,6 +53,11 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
         not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
         ``AIRFLOW_CONN_*``): see ``ignite_tf.cluster.environment``.
+    :param launcher: ``local`` (processes on the Airflow worker's machine, the default) or ``kubernetes`` (one
+        pod per task, next to the Ignite nodes holding its partitions; connection ``kubernetes_default``).
+    :param kubernetes: settings of the Kubernetes launcher (templated): namespace, image, resources,
+        service_account, node_selector, tolerations, volumes, labels, placement (see
+        ``ignite_tf.cluster.k8s.settings.KubernetesSettings``).
     :param deferrable: wait in the triggerer (no worker slot held) — the default.
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
     :param poll_interval: seconds between state polls.
@@ -51,17 +65,20 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env", "model_args")
+                                      "restart_policy", "env", "model_args", "launcher", "kubernetes")
+    operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
-                 ps: int | str = 1, epochs: int | str = 5, batch_size: int | str = 64,
-                 learning_rate: float | str | None = None, label_column: str = "label",
-                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = 2,
-                 startup_deadline_s: float = 180.0, extra_args: list[str] | None = None, run_root: str | None = None,
-                 deferrable: bool = True, wait_for_completion: bool = True, poll_interval: float = 2.0,
+                 ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
+                 learning_rate: float | str | None = None, label_column: str = DEFAULT_LABEL_COLUMN,
+                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = DEFAULT_MAX_RESTARTS,
+                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S, extra_args: list[str] | None = None,
+                 run_root: str | None = None, deferrable: bool = True, wait_for_completion: bool = True,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
-                 env: list[str] | dict[str, str] | None = None, **kwargs):
+                 env: list[str] | dict[str, str] | None = None, launcher: str = "local",
+                 kubernetes: dict[str, Any] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -75,6 +92,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
+        self.launcher, self.kubernetes = launcher, kubernetes
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -85,10 +103,16 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         return cluster_id_from(context["dag"].dag_id, context["run_id"], self.task_id, try_number,
                                getattr(ti, "map_index", -1))
 
+    def labels_for(self, context) -> dict[str, str]:
+        """The Airflow task behind the cluster, kept in its state (``ps``, the ignite-tf page)."""
+        ti = context["ti"]
+        return {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
+                "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1))}
+
     def job(self) -> dict[str, Any]:
         if self.command:
             return {"command": list(self.command), "job_dir": self.job_dir or "."}
-        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label", self.label_column]
+        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label-column", self.label_column]
         if self.learning_rate not in (None, ""):
             args += ["--learning-rate", str(float(self.learning_rate))]
         for key, value in (as_dict(self.model_args) if self.model_args else {}).items():
@@ -99,7 +123,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         from ignite_tf.cluster.api import make_launcher, start_cluster
         from ignite_tf.plan.shards import ShardPlan
 
-        launcher = make_launcher(self.conn)
+        launcher = make_launcher(self.conn, kind=self.launcher,
+                                 kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
         try_number = context["ti"].try_number
         if try_number and try_number > 1:
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
@@ -110,7 +135,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
             ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
             cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
-            restart_policy=self.restart_policy or None, env=self.env, **progress,
+            restart_policy=self.restart_policy or None, env=self.env, labels=self.labels_for(context), **progress,
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)

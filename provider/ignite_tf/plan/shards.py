@@ -81,6 +81,9 @@ class ShardPlan:
     seed: int = 0
     # partition -> {"rows": n, "hashes": sorted key-hash samples}, only when partitions < workers
     cuts: dict[int, dict] | None = None
+    # Where the workers actually ran, recorded by a launcher that places them (Kubernetes): per worker the
+    # wanted and actual node, and the share of rows read locally (``ignite_tf.cluster.k8s.placement``).
+    placement: dict[str, Any] | None = None
     _cache: dict[int, list[WorkerShard]] = field(default_factory=dict, repr=False, compare=False)
 
     # -- building ----------------------------------------------------------------------------------------
@@ -220,6 +223,7 @@ class ShardPlan:
             "partition_map": self.partition_map.to_dict(), "workers": self.workers,
             "worker_hosts": self.worker_hosts, "reshuffle": self.reshuffle.value, "seed": self.seed,
             "cuts": None if self.cuts is None else {str(k): v for k, v in self.cuts.items()},
+            "placement": self.placement,
         }
 
     @classmethod
@@ -228,7 +232,7 @@ class ShardPlan:
         return cls(
             PartitionMap.from_dict(data["partition_map"]), int(data["workers"]), list(data["worker_hosts"]),
             Reshuffle(data.get("reshuffle", "epoch")), int(data.get("seed", 0)),
-            None if cuts is None else {int(k): v for k, v in cuts.items()},
+            None if cuts is None else {int(k): v for k, v in cuts.items()}, data.get("placement"),
         )
 
     def to_json(self) -> str:

@@ -43,7 +43,7 @@ def feed_file(epoch: int, feed_dir: str = FEED_DIR) -> str:
 def columns(plan, label: str | None, features: list[str] | None, conn=None) -> tuple[list[str], str, np.dtype]:
     """(feature names, label name, label dtype) of the plan's cache; numeric columns only."""
     if not label:
-        raise ConfigError("no label column: pass label=... (--label), the column the model predicts")
+        raise ConfigError("no label column: pass label_column=... (--label-column), the column the model predicts")
     names, label_name, dtypes, _ = itd.cache_columns(plan, conn, label, features)
     bad = [n for n in [*names, label_name] if np.dtype(dtypes[n]).kind not in "fiub"]
     if bad:

@@ -1,7 +1,7 @@
 """The worker runtime: what every task of a TensorFlow cluster runs.
 
 The launcher starts each task as ``python -m ignite_tf.runtime --entry-point module:function --epochs N
---batch-size B --label label`` with ``TF_CONFIG`` and the ``IGNITE_TF_*`` environment (see
+--batch-size B --label-column label`` with ``TF_CONFIG`` and the ``IGNITE_TF_*`` environment (see
 ``ignite_tf.cluster.spec``), in the task's own directory. The task's role decides what it does:
 
 - sync mode (MultiWorkerMirroredStrategy): every worker trains; worker 0 is the chief;
@@ -35,6 +35,7 @@ from typing import Any
 
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending, progress, timeline
 from ignite_tf.runtime.report import EpochReporter
@@ -78,8 +79,8 @@ def strategy(mode: Mode | str | None = None):
     return tf.distribute.ParameterServerStrategy(resolver)
 
 
-def serve(*, epochs: int = 0, batch_size: int = 1024, label: str | None = None, features: list[str] | None = None,
-          shuffle_buffer: int = 10_000, join: bool = True):
+def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column: str = DEFAULT_LABEL_COLUMN,
+          features: list[str] | None = None, shuffle_buffer: int = 10_000, join: bool = True):
     """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
 
     An async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for ``epochs``
@@ -95,7 +96,7 @@ def serve(*, epochs: int = 0, batch_size: int = 1024, label: str | None = None, 
             raise ConfigError(f"an async worker needs epochs >= 1 to write its feed (got {epochs})")
         from ignite_tf.runtime.feed import write_feed
 
-        write_feed(epochs, batch_size=batch_size, label=label, features=features, worker=info.index,
+        write_feed(epochs, batch_size=batch_size, label=label_column, features=features, worker=info.index,
                    shuffle_buffer=shuffle_buffer, log=_log)
     progress.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
@@ -150,7 +151,8 @@ def build_model(fn, offered: dict[str, Any]):
     return model
 
 
-def train(entry_point, *, epochs: int, batch_size: int, label: str, features: list[str] | None = None,
+def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
+          label_column: str = DEFAULT_LABEL_COLUMN, features: list[str] | None = None,
           learning_rate: float | None = None, steps_per_epoch: int | None = None,
           checkpoint_every_steps: int | None = None, shuffle_buffer: int = 10_000,
           model_kwargs: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
@@ -162,7 +164,8 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
         ``model_kwargs`` where its signature accepts them; ``model_kwargs`` win over ``n_classes``.
     :param epochs: total epochs; a restarted cluster resumes after the last backed-up one.
     :param batch_size: rows per step per worker (sync: the global batch is this times the workers).
-    :param label: the label column; features are every other column but the key, unless ``features``.
+    :param label_column: the column the model predicts; features are every other column but the key, unless
+        ``features``.
     :param steps_per_epoch: default: sync, the smallest shard over all epochs / batch_size; async, all
         rows / batch_size (steps of all workers together).
     :param checkpoint_every_steps: back up every N steps instead of every epoch (sync; PSS backs up per epoch).
@@ -187,7 +190,7 @@ def train(entry_point, *, epochs: int, batch_size: int, label: str, features: li
     plan = itd.load_plan(plan)
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
-    names, label_name, label_dtype = columns(plan, label, features)
+    names, label_name, label_dtype = columns(plan, label_column, features)
     strat = strategy(info.mode)
     timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
@@ -316,12 +319,14 @@ def _model_arg(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ignite_tf.runtime", description=__doc__.splitlines()[0])
     parser.add_argument("--entry-point", help="module:function returning a compiled tf_keras model")
     parser.add_argument("--epochs", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, default=64, help="rows per step per worker (default 64)")
-    parser.add_argument("--label", required=True, help="label column")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"rows per step per worker (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--label-column", "--label", dest="label_column", default=DEFAULT_LABEL_COLUMN,
+                        help=f"the column the model predicts (default {DEFAULT_LABEL_COLUMN!r})")
     parser.add_argument("--features", help="comma-separated feature columns (default: all but key and label)")
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--steps-per-epoch", type=int)
@@ -331,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra keyword argument of the model function (value parsed as JSON if it can be)")
     parser.add_argument("--serve", action="store_true",
                         help="only serve (async worker / ps); the default decides from TF_CONFIG's task type")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
@@ -342,12 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         info = task_info()
         timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
-            serve(epochs=args.epochs, batch_size=args.batch_size, label=args.label, features=features,
+            serve(epochs=args.epochs, batch_size=args.batch_size, label_column=args.label_column, features=features,
                   shuffle_buffer=args.shuffle_buffer)
             return 0
         if not args.entry_point:
             raise ConfigError("--entry-point module:function is required for a task that trains")
-        train(args.entry_point, epochs=args.epochs, batch_size=args.batch_size, label=args.label,
+        train(args.entry_point, epochs=args.epochs, batch_size=args.batch_size, label_column=args.label_column,
               features=features, learning_rate=args.learning_rate, steps_per_epoch=args.steps_per_epoch,
               checkpoint_every_steps=args.checkpoint_every_steps, shuffle_buffer=args.shuffle_buffer,
               model_kwargs=dict(args.model_arg))

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
 from ignite_tf.hooks.tf_cluster import event_for, launcher_for
 
 __all__ = ["TFClusterTrigger", "event_for", "launcher_for"]  # the helpers' old home
@@ -31,7 +32,7 @@ class TFClusterTrigger(BaseTrigger):
     """
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = "ignite_default",
-                 state_dir: str | None = None, poll_interval: float = 5.0, offset: int = 0):
+                 state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0):
         super().__init__()
         self.cluster_id = cluster_id
         self.ignite_conn_id = ignite_conn_id

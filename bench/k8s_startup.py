@@ -1,0 +1,135 @@
+"""Launch -> first training step: the Kubernetes launcher beside the local one, in one table.
+
+    .venv/bin/python bench/k8s_startup.py [--json] [--rows N]
+
+Starts its own 2-node local Ignite cluster on free ports and, unless one is running, the local Kubernetes
+(``ignite_tf.dev.k8s``; both stopped at the end, also on error), loads a 3,000-row cache and runs the same
+2-worker sync job (``bench/startup_model.py:model``: the tabular classifier plus a marker written at the end
+of the chief's first batch; 1 epoch of 5 steps) through each launcher:
+
+  launched_s     ``start_cluster(...)`` returned (plan, spec, supervisor recorded its state);
+  tasks_up_s     the supervisor saw every task listening (local: its port; Kubernetes: the pod Ready);
+  first_step_s   the chief's first batch ended;
+  total_s        the cluster ended and everything of it was gone (processes; pods, Service, Secret, owner).
+
+All count from the ``start_cluster`` call. The Kubernetes tasks run in the task image on the real node, with
+the host network (the local Ignite nodes listen on 127.0.0.1) and the run folder as a hostPath volume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+BENCH_DIR = Path(__file__).resolve().parent
+CACHE = "k8s_startup_bench"
+ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
+TIMEOUT_S = 900.0
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.state import Status
+
+    job_dir = tmp / f"job-{kind}"
+    job_dir.mkdir()
+    shutil.copy(BENCH_DIR / "startup_model.py", job_dir)
+    cluster_id = f"k8s-bench-{kind[:5]}-{os.getpid()}"
+    run_dir = tmp / "runs" / cluster_id
+    mark = run_dir / "first_step"
+    launcher = make_launcher(conn, kind=kind, kubernetes=kubernetes)
+    command = ["python", "-m", "ignite_tf.runtime", "--entry-point", "startup_model:model", "--epochs", "1",
+               "--batch-size", "64", "--label", "label", "--steps-per-epoch", "5"]
+    t0_wall, t0 = time.time(), time.perf_counter()
+    state = start_cluster(CACHE, {"command": command, "job_dir": str(job_dir)}, conn=conn, mode="sync", workers=2,
+                          max_restarts=0, cluster_id=cluster_id, run_root=tmp / "runs", launcher=launcher,
+                          env=[f"{ENV_MARK}={mark}"], startup_deadline_s=TIMEOUT_S)
+    launched = time.perf_counter() - t0
+    try:
+        while not (mark.exists() and mark.read_text().strip()):
+            state = launcher.status(cluster_id)
+            if state.status.final or time.perf_counter() - t0 > TIMEOUT_S:
+                raise RuntimeError(f"{kind}: no first step ({state.status.value}: {state.reason}):\n"
+                                   f"{launcher.tail(cluster_id, 30)}")
+            time.sleep(0.05)
+        first = float(mark.read_text()) - t0_wall
+        state = launcher.wait(cluster_id, timeout=TIMEOUT_S)
+    finally:
+        if not launcher.status(cluster_id).status.final:
+            launcher.stop(cluster_id)
+    if state.status is not Status.SUCCEEDED:
+        raise RuntimeError(f"{kind}: ended {state.status.value}: {state.reason}")
+    up = re.search(r"all \d+ tasks up after ([0-9.]+)s", launcher.output(cluster_id)[0])
+    return {"launcher": kind, "launched_s": round(launched, 2), "tasks_up_s": float(up.group(1)) if up else None,
+            "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2)}
+
+
+def run(rows: int) -> list[dict]:
+    from ignite_tf.demo_data import tabular
+    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf.dev.k8s import cluster as local_k8s
+    from ignite_tf.etl.load import load
+
+    layout = local_k8s.Layout()
+    started_k8s = len(local_k8s.running(layout)) != len(local_k8s.COMPONENTS)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="k8s-startup-bench-") as name:
+        tmp = Path(name)
+        ignite = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", die_with_parent=True)
+        try:
+            ignite.up(2)
+            conn = ignite.connection()
+            load(conn, CACHE, tabular(rows), key="id")
+            say(f"loaded {rows} rows; local launcher ...")
+            results.append(one(conn, "local", tmp, None))
+            say(f"  {results[-1]}\nstarting the local Kubernetes ..." if started_k8s else f"  {results[-1]}")
+            kubeconfig = local_k8s.up(3, layout)
+            os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+                {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
+            settings = {"namespace": "default", "host_network": True, "dns": False,
+                        "node_selector": {local_k8s.HOST_LABEL: "real-0"},
+                        "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}]}
+            say("kubernetes launcher ...")
+            results.append(one(conn, "kubernetes", tmp, settings))
+            say(f"  {results[-1]}")
+        finally:
+            ignite.down()
+            if started_k8s:
+                local_k8s.down(layout)
+    return results
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| launcher (2 sync workers) | start_cluster returned (s) | all tasks up (s) | first step (s) | "
+             "ended, nothing left (s) |", "|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['launcher']} | {r['launched_s']:.1f} | {r['tasks_up_s']} | {r['first_step_s']:.1f} | "
+                     f"{r['total_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    results = run(args.rows)
+    print(json.dumps(results, indent=2) if args.json else table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""KubernetesLauncher: the ``Launcher`` whose tasks are pods (``launcher: kubernetes``).
+
+Like the local launcher it starts a detached supervisor process — the pod supervisor
+(``ignite_tf.cluster.k8s.supervisor``) — and keeps the cluster's state in the same store, so ``ps``,
+``attach``, ``stop``, the operator and the trigger work unchanged. It talks to Kubernetes only through
+Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
+gets that connection, resolved here, through its environment.
+
+The run folder is shared with the pods (``kubernetes.run_volume``, default a ``hostPath`` of it), so every
+task's log, the checkpoints, the SavedModel and the TensorBoard files are where publishing reads them after
+the pods are gone; a job folder is copied into it (``<run>/job``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.k8s.settings import KubernetesSettings
+from ignite_tf.cluster.launcher import LocalLauncher
+from ignite_tf.cluster.run_folder import RunFolder
+from ignite_tf.cluster.spec import ClusterSpec
+from ignite_tf.cluster.state import ClusterState, StateStore
+from ignite_tf.errors import ConfigError
+
+STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook before its first record
+
+
+def default_image() -> str:
+    """The project's task image for this source tree (the one the local Kubernetes imports)."""
+    from ignite_tf.dev.k8s.images import task_image_ref
+
+    return task_image_ref()
+
+
+def kube_hook(conn_id: str):
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    return KubernetesHook(conn_id=conn_id)
+
+
+def connection_env(conn_id: str, environ=None) -> dict[str, str]:
+    """What the supervisor needs to reach Kubernetes: the Airflow connection (as an ``AIRFLOW_CONN_*``
+    variable, resolved here from wherever Airflow keeps it) and ``KUBECONFIG``."""
+    environ = os.environ if environ is None else environ
+    env = {k: environ[k] for k in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+           if k in environ}
+    var = f"AIRFLOW_CONN_{conn_id.upper()}"
+    if var in environ:
+        env[var] = environ[var]
+        return env
+    try:
+        conn = kube_hook(conn_id).get_connection(conn_id)
+        if conn.extra or conn.host:
+            env[var] = conn.as_json() if hasattr(conn, "as_json") else json.dumps(
+                {"conn_type": conn.conn_type, "extra": conn.extra_dejson})
+    except Exception:  # noqa: BLE001 - no such connection: the hook falls back to KUBECONFIG / in-cluster
+        pass
+    return env
+
+
+class KubernetesLauncher(LocalLauncher):
+    """Tasks as pods next to their data.
+
+    :param settings: ``KubernetesSettings`` (or its dict): namespace, image, resources, placement...
+    """
+
+    def __init__(self, store: StateStore, conn=None, settings: KubernetesSettings | dict | None = None,
+                 on_lost=None):
+        super().__init__(store, conn, on_lost)
+        self.settings = KubernetesSettings.parse(settings)
+
+    def namespace(self) -> str:
+        if self.settings.namespace:
+            return self.settings.namespace
+        try:
+            return kube_hook(self.settings.conn_id).get_namespace() or "default"
+        except Exception:  # noqa: BLE001 - no connection: the default namespace
+            return "default"
+
+    def launch(self, spec: ClusterSpec, timeout: float = STATE_TIMEOUT_S) -> ClusterState:
+        existing = self.store.get(spec.cluster_id)
+        if existing is not None and not existing.status.final and self.is_alive(existing):
+            return existing
+        namespace = self.namespace()
+        run_dir = Path(spec.run_dir)
+        _share_job_dir(spec, run_dir)
+        objects.with_pod_addresses(spec, namespace, self.settings)
+        (run_dir / "k8s.json").write_text(json.dumps({
+            "settings": self.settings.to_dict(), "namespace": namespace,
+            "image": self.settings.image or default_image()}, indent=2))
+        return super().launch(spec, timeout)
+
+    def supervisor_command(self, spec_path) -> list[str]:
+        return [sys.executable, "-m", "ignite_tf.cluster.k8s.supervisor", str(spec_path),
+                str(spec_path.parent / "k8s.json")]
+
+    def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
+        env = super().supervisor_env(spec, environ)
+        env.update(connection_env(self.settings.conn_id, environ))
+        return env
+
+
+def _share_job_dir(spec: ClusterSpec, run_dir: Path) -> None:
+    """A job folder outside the run folder is copied into it: the run folder is what the pods see."""
+    job_dir = spec.job.get("job_dir")
+    if not job_dir or Path(job_dir).resolve().is_relative_to(run_dir.resolve()):
+        return
+    target = RunFolder(run_dir).job
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(job_dir, target, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    spec.job = {**spec.job, "job_dir": str(target)}
+
+
+def release(state: ClusterState, wait: float = 60.0) -> list[str]:
+    """Delete a Kubernetes cluster's objects when its supervisor cannot (it was lost); returns what is left."""
+    info = state.launcher or {}
+    if info.get("kind") != "kubernetes":
+        return []
+    core = kube_hook(info.get("conn_id") or "kubernetes_default").core_v1_client
+    objects.delete_owner(core, info["namespace"], info["owner"])
+    deadline = time.monotonic() + wait
+    while True:
+        left = objects.leftovers(core, info["namespace"], info["owner"])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def check_settings(settings: dict | KubernetesSettings | None) -> KubernetesSettings:
+    try:
+        return KubernetesSettings.parse(settings)
+    except TypeError as exc:
+        raise ConfigError(f"kubernetes: {exc}") from None
+
+
+

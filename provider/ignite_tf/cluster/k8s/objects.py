@@ -1,0 +1,180 @@
+"""The Kubernetes objects of one TensorFlow cluster, as manifests (pure functions of the spec and settings).
+
+One ConfigMap (named after the cluster, holding its spec) owns everything else: a Secret with the Ignite
+connection and the user's passed variables, a headless Service giving every task a stable DNS name
+(``worker-0.<service>.<namespace>.svc``, as Kubeflow's TFJob does), and one pod per task attempt. Deleting
+the ConfigMap garbage-collects the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ignite_tf.cluster.k8s.settings import TF_PORT, KubernetesSettings, Placement
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
+
+LABEL_CLUSTER = "ignite-tf.io/cluster"
+LABEL_TASK = "ignite-tf.io/task"
+LABEL_ROLE = "ignite-tf.io/role"
+LABEL_ATTEMPT = "ignite-tf.io/attempt"
+ANNOTATION_MEMORY = "ignite-tf.io/memory-estimate"
+CONTAINER = "task"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def service_name(cluster_id: str) -> str:
+    """A DNS-1035 label (a Service name must start with a letter)."""
+    return cluster_id if cluster_id[:1].isalpha() else f"tf-{cluster_id}"[:63].rstrip("-")
+
+
+def secret_name(cluster_id: str) -> str:
+    return f"{cluster_id}-env"[:253]
+
+
+def pod_name(cluster_id: str, task: ClusterTask, attempt: int) -> str:
+    return f"{cluster_id}-{task.name}-{attempt}"
+
+
+def task_dns(cluster_id: str, namespace: str, task: ClusterTask) -> str:
+    return f"{task.name}.{service_name(cluster_id)}.{namespace}.svc"
+
+
+def with_pod_addresses(spec: ClusterSpec, namespace: str, settings: KubernetesSettings) -> ClusterSpec:
+    """The spec with every task addressed by its DNS name (TF_CONFIG is built from these).
+
+    Pods on the pod network all use one port (each has its own IP); on the host network the ports chosen
+    for this host are kept, so tasks sharing a node do not collide.
+    """
+    for t in spec.tasks:
+        t.host = task_dns(spec.cluster_id, namespace, t)
+        if not settings.host_network:
+            t.port = TF_PORT
+    return spec
+
+
+def labels(spec: ClusterSpec, settings: KubernetesSettings, **extra: str) -> dict[str, str]:
+    return {**settings.labels, "app.kubernetes.io/managed-by": "ignite-tf", LABEL_CLUSTER: spec.cluster_id,
+            **extra}
+
+
+def owner_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"],
+            "blockOwnerDeletion": True}
+
+
+def owner_manifest(spec: ClusterSpec, settings: KubernetesSettings) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": spec.cluster_id, "labels": labels(spec, settings)},
+            "data": {"cluster.json": json.dumps(spec.to_dict(), indent=1)}}
+
+
+def secret_manifest(spec: ClusterSpec, settings: KubernetesSettings, env: dict[str, str],
+                    owner: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name(spec.cluster_id), "labels": labels(spec, settings),
+                         "ownerReferences": [owner_ref(owner)]},
+            "stringData": env}
+
+
+def service_manifest(spec: ClusterSpec, settings: KubernetesSettings, owner: dict[str, Any]) -> dict[str, Any]:
+    ports = sorted({t.port for t in spec.tasks})
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": service_name(spec.cluster_id), "labels": labels(spec, settings),
+                         "ownerReferences": [owner_ref(owner)]},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {LABEL_CLUSTER: spec.cluster_id},
+                     "ports": [{"name": f"tf-{p}", "port": p, "targetPort": p} for p in ports]}}
+
+
+def node_affinity(node: str | None, placement: Placement) -> dict[str, Any] | None:
+    if node is None or placement is Placement.NONE:
+        return None
+    term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+    if placement is Placement.REQUIRED:
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "preference": term}]}}
+
+
+def resources(settings: KubernetesSettings, memory: str) -> dict[str, dict[str, str]]:
+    """The user's resources; memory request and limit default to the estimate."""
+    requests = dict(settings.resources.get("requests") or {})
+    limits = dict(settings.resources.get("limits") or {})
+    requests.setdefault("memory", limits.get("memory", memory))
+    limits.setdefault("memory", requests["memory"])
+    return {"requests": requests, "limits": limits}
+
+
+def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespace: str, settings: KubernetesSettings,
+                 image: str, owner: dict[str, Any], argv: list[str], cwd: str, env: dict[str, str],
+                 node: str | None, memory: str) -> dict[str, Any]:
+    """One task attempt's pod. ``restartPolicy: Never``: the supervisor, not the kubelet, decides restarts
+    (whole cluster or one worker, by mode), so a failed pod stays as evidence until it is replaced."""
+    run_dir = spec.run_dir
+    run_volume = settings.run_volume or {"hostPath": {"path": run_dir, "type": "DirectoryOrCreate"}}
+    volumes = [{"name": "run", **run_volume}] + [{**v["volume"]} for v in settings.volumes]
+    mounts = [{"name": "run", "mountPath": run_dir}] + [{**v["mount"]} for v in settings.volumes]
+    container = {
+        "name": CONTAINER, "image": image,
+        "imagePullPolicy": "Never" if image.startswith("localhost/") else "IfNotPresent",
+        "command": ["python", "-m", "ignite_tf.cluster.k8s.entry", cwd, "--", *argv],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "envFrom": [{"secretRef": {"name": secret_name(spec.cluster_id)}}],
+        "ports": [{"name": "tf", "containerPort": task.port, **({"hostPort": task.port} if settings.host_network
+                                                                 else {})}],
+        "readinessProbe": {"tcpSocket": {"port": task.port}, "periodSeconds": 1, "failureThreshold": 1},
+        "resources": resources(settings, memory),
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never", "hostname": task.name, "subdomain": service_name(spec.cluster_id),
+        "enableServiceLinks": False, "terminationGracePeriodSeconds": int(spec.grace_period_s),
+        "containers": [container], "volumes": volumes,
+    }
+    if settings.host_network:
+        pod_spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    if not settings.dns:
+        pod_spec["hostAliases"] = [{"ip": "127.0.0.1", "hostnames": [task_dns(spec.cluster_id, namespace, t)
+                                                                     for t in spec.tasks]}]
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = list(settings.tolerations)
+    affinity = node_affinity(node, settings.placement) if task.role is Role.WORKER else None
+    if affinity:
+        pod_spec["affinity"] = affinity
+    meta = {"name": pod_name(spec.cluster_id, task, attempt), "namespace": namespace,
+            "labels": labels(spec, settings, **{LABEL_TASK: task.name, LABEL_ROLE: task.role.value,
+                                                LABEL_ATTEMPT: str(attempt)}),
+            "annotations": {ANNOTATION_MEMORY: memory}, "ownerReferences": [owner_ref(owner)]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def delete_owner(core, namespace: str, cluster_id: str) -> bool:
+    """Delete the cluster's owner (and through it everything); False when it was already gone."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.delete_namespaced_config_map(cluster_id, namespace, propagation_policy="Background")
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def leftovers(core, namespace: str, cluster_id: str) -> list[str]:
+    """The cluster's objects still in the namespace (empty: nothing left)."""
+    selector = f"{LABEL_CLUSTER}={cluster_id}"
+    out = [f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace, label_selector=selector).items]
+    out += [f"service/{s.metadata.name}"
+            for s in core.list_namespaced_service(namespace, label_selector=selector).items]
+    out += [f"secret/{s.metadata.name}"
+            for s in core.list_namespaced_secret(namespace, label_selector=selector).items]
+    out += [f"configmap/{c.metadata.name}"
+            for c in core.list_namespaced_config_map(namespace, label_selector=selector).items]
+    return out

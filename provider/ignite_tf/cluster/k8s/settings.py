@@ -1,0 +1,102 @@
+"""KubernetesSettings: where and how a cluster's pods run. One name per setting from YAML (``kubernetes:``)
+to the operator (``kubernetes=``) and the CLI (``--k8s-*``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from ignite_tf.errors import ConfigError
+
+DEFAULT_CONN_ID = "kubernetes_default"
+# Node label naming the Ignite host next to which a Kubernetes node sits (the local Kubernetes sets it).
+HOST_LABEL = "ignite-tf.io/host"
+TF_PORT = 2222  # Kubeflow's TFJob port: every pod has its own IP, so one port serves all tasks
+
+
+class Placement(StrEnum):
+    """How firmly a worker goes to the Kubernetes node of the Ignite node holding its partitions."""
+
+    REQUIRED = "required"
+    """The worker waits (Pending) until that node can take it; the start-up deadline names why it cannot."""
+    PREFERRED = "preferred"
+    """The scheduler prefers that node and takes another one when it is full."""
+    NONE = "none"
+    """Anywhere."""
+
+
+@dataclass
+class KubernetesSettings:
+    """Settings of the Kubernetes launcher (YAML ``training.kubernetes``, operator ``kubernetes=``).
+
+    :param namespace: where the pods go (default: the connection's namespace, else ``default``).
+    :param image: the task image (default: the project's task image of this source tree, as built for the
+        local Kubernetes; give your registry's image elsewhere).
+    :param conn_id: the Airflow connection of type ``kubernetes`` (kubeconfig or in-cluster).
+    :param resources: ``{"requests": {...}, "limits": {...}}``; memory left out is the computed estimate.
+    :param service_account: the pods' service account.
+    :param node_selector: labels every pod's node must have.
+    :param tolerations: Kubernetes tolerations, as in a pod spec.
+    :param volumes: extra ``[{"volume": {...pod volume...}, "mount": {...volumeMount...}}]``.
+    :param labels: extra labels on every object.
+    :param placement: ``required``, ``preferred`` (default) or ``none``: workers next to their Ignite nodes.
+    :param ignite_selector: label selector of Ignite's pods in this cluster (``app=ignite``); without it,
+        Ignite nodes are matched to Kubernetes nodes by host address and the ``ignite-tf.io/host`` label.
+    :param ignite_namespace: namespace of Ignite's pods (default: ``namespace``).
+    :param run_volume: the volume holding the run folder (logs, checkpoints, SavedModel, TensorBoard),
+        mounted at the run folder's own path; default a ``hostPath`` of it (one node, or a shared mount).
+    :param host_network: tasks use the node's network (for Ignite reachable on the node only, as locally).
+    :param dns: TF_CONFIG names the pods by their headless Service's DNS names; False (a cluster without a
+        DNS add-on, like the local one) makes every task name resolve to 127.0.0.1 (host network, one node).
+    :param model_params: parameters of a script's model for the memory estimate (an entry point's are counted).
+    """
+
+    namespace: str | None = None
+    image: str | None = None
+    conn_id: str = DEFAULT_CONN_ID
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    service_account: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    placement: Placement = Placement.PREFERRED
+    ignite_selector: str | None = None
+    ignite_namespace: str | None = None
+    run_volume: dict[str, Any] | None = None
+    host_network: bool = False
+    dns: bool = True
+    model_params: int | None = None
+
+    def __post_init__(self):
+        try:
+            self.placement = Placement(self.placement)
+        except ValueError:
+            raise ConfigError(f"kubernetes.placement must be one of {[p.value for p in Placement]} "
+                              f"(got {self.placement!r})") from None
+        unknown = set(self.resources) - {"requests", "limits"}
+        if unknown:
+            raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")
+        for i, v in enumerate(self.volumes):
+            if not isinstance(v, dict) or set(v) != {"volume", "mount"}:
+                raise ConfigError(f"kubernetes.volumes[{i}]: give {{volume: {{...}}, mount: {{...}}}}")
+        if not self.dns and not self.host_network:
+            raise ConfigError("kubernetes.dns: false needs host_network: true (tasks reach each other on "
+                              "127.0.0.1 of one node)")
+
+    @classmethod
+    def parse(cls, value: KubernetesSettings | dict[str, Any] | None) -> KubernetesSettings:
+        if isinstance(value, KubernetesSettings):
+            return value
+        value = dict(value or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ConfigError(f"kubernetes: unknown setting(s) {unknown} (known: {', '.join(sorted(known))})")
+        return cls(**value)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["placement"] = self.placement.value
+        return data

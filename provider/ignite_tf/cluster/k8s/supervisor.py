@@ -1,0 +1,439 @@
+"""The pod supervisor: the local supervisor's rules, applied to pods.
+
+``python -m ignite_tf.cluster.k8s.supervisor CLUSTER_JSON K8S_JSON`` (started detached by
+``KubernetesLauncher``, so it outlives the CLI or Airflow task that started it). It creates the cluster's
+owner ConfigMap, the Secret and the headless Service, then one pod per task, and supervises them as
+``Supervisor`` supervises processes: sync restarts everything on any failure, async restarts a failed
+worker alone and everything when the chief or a ps fails, under the restart policy; a start-up deadline that
+names why a pod is not up (the scheduler's reason for a Pending pod, an image that cannot be pulled); a grace
+period on stop; parameter servers stopped when the chief ends. Pods run with ``restartPolicy: Never``: the
+kubelet never restarts a task behind the supervisor's back.
+
+Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
+Airflow task log show), so logs outlive the pods. When the supervisor ends — success, failure or stop — it
+deletes the owner, which garbage-collects everything, and waits until nothing of the cluster is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.k8s import objects, placement
+from ignite_tf.cluster.k8s.memory import estimate, parse_mib
+from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
+from ignite_tf.cluster.state import ExitCode, StateStore, Status, store_from_env
+from ignite_tf.cluster.supervisor import Supervisor, task_command, task_cwd
+
+LIST_EVERY_S = 0.5
+GONE_TIMEOUT_S = 60.0
+JOB_DIR_ENV = "IGNITE_TF_JOB_DIR"
+OWNER_CHECK_S = 2.0
+STORE_ENV = ("IGNITE_TF_STATE_STORE", "IGNITE_TF_CLUSTER_STATE")
+
+
+def pod_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
+    """The local command with the image's ``python`` for this interpreter."""
+    return ["python" if a == sys.executable else a for a in task_command(spec, task)]
+
+
+def api_exception():
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+class PodSupervisor(Supervisor):
+    poll_s = LIST_EVERY_S
+
+    def __init__(self, spec: ClusterSpec, store: StateStore, settings: KubernetesSettings, namespace: str,
+                 image: str, core=None):
+        super().__init__(spec, store, pod_command)
+        self.settings, self.namespace, self.image = settings, namespace, image
+        self.state.launcher = {"kind": "kubernetes", "namespace": namespace, "owner": spec.cluster_id,
+                               "conn_id": settings.conn_id}
+        self.attempts: dict[str, int] = {}
+        self.current: dict[str, str] = {}  # task -> its pod's name
+        self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
+        self.started_at: dict[str, float] = {}
+        self.ours_deleted: set[str] = set()
+        self.followers: dict[str, threading.Thread] = {}
+        self.owner: dict[str, Any] | None = None
+        self.wanted: list[str | None] = []
+        self.memory = ""
+        self.memory_estimate = ""
+        self.placement_done = settings.placement is Placement.NONE
+        self._owner_checked = 0.0
+        self.cleaned = False
+        if core is not None:
+            self.__dict__["core"] = core
+
+    @cached_property
+    def core(self):
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        return KubernetesHook(conn_id=self.settings.conn_id).core_v1_client
+
+    # -- set-up and clean-up -------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        self._create_owner()
+        meta = {"metadata": {"name": self.owner["name"], "uid": self.owner["uid"]}}
+        self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
+            self.spec, self.settings, self._secret_env(), meta))
+        self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings, meta))
+        plan = self._plan()
+        est = estimate(self.spec.job, plan, self.settings.model_params)
+        self.memory_estimate = est.quantity()
+        given = objects.resources(self.settings, est.quantity())
+        self.memory = given["limits"]["memory"]
+        self.event(est.describe())
+        if given["limits"]["memory"] != est.quantity() or given["requests"]["memory"] != est.quantity():
+            self.event(f"memory set by kubernetes.resources: request {given['requests']['memory']}, limit "
+                       f"{given['limits']['memory']} (estimate {est.quantity()})")
+        if plan is not None and self.settings.placement is not Placement.NONE:
+            hosts = placement.ignite_node_hosts(self.core, list(plan.partition_map.nodes.values()), self.settings,
+                                                self.namespace)
+            self.wanted = placement.wanted_nodes(plan, hosts)
+            self.event(f"placement {self.settings.placement.value}: Ignite nodes on Kubernetes nodes "
+                       + (", ".join(f"{k} -> {v}" for k, v in sorted(hosts.items())) or "(none found)"))
+
+    def _create_owner(self) -> None:
+        ApiException = api_exception()
+        body = objects.owner_manifest(self.spec, self.settings)
+        for _ in range(2):
+            try:
+                made = self.core.create_namespaced_config_map(self.namespace, body)
+                self.owner = {"name": made.metadata.name, "uid": made.metadata.uid}
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            # Left by an earlier run under this id (its supervisor was lost): replace it.
+            objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
+            self._wait_gone()
+        raise RuntimeError(f"could not create ConfigMap {self.spec.cluster_id} in namespace {self.namespace}")
+
+    def _secret_env(self) -> dict[str, str]:
+        from ignite_tf.connection import IgniteConnectionConfig
+
+        conn = IgniteConnectionConfig.from_env(os.environ)
+        env = conn.to_env() if conn else {}
+        env.update({n: os.environ[n] for n in self.spec.pass_env if n in os.environ})
+        return env
+
+    def _plan(self):
+        if not self.spec.shard_plan_path:
+            return None
+        from ignite_tf.plan.shards import ShardPlan
+
+        return ShardPlan.load(self.spec.shard_plan_path)
+
+    def _wait_gone(self, timeout: float = GONE_TIMEOUT_S) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = objects.leftovers(self.core, self.namespace, self.spec.cluster_id)
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+
+    def cleanup(self) -> None:
+        """Delete the owner (garbage-collecting everything) and wait until nothing of the cluster is left."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        try:
+            objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
+            left = self._wait_gone()
+            for t in self.followers.values():
+                t.join(timeout=5)
+            self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
+                       else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
+        except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
+            self.event(f"deleting the Kubernetes objects of {self.spec.cluster_id} failed: {exc}")
+
+    # -- pods ----------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        pods = self.core.list_namespaced_pod(self.namespace,
+                                             label_selector=f"{objects.LABEL_CLUSTER}={self.spec.cluster_id}").items
+        self.pods = {p.metadata.name: p for p in pods}
+        for task in self.spec.tasks:
+            pod = self.pods.get(self.current.get(task.name, ""))
+            gone = pod is None or (pod.metadata.deletion_timestamp and pod.metadata.name not in self.ours_deleted)
+            if gone and task.name in self.current:
+                self._owner_checked = 0.0  # a pod deleted behind our back: first see whether the owner went
+            if pod is None:
+                continue
+            if pod.spec.node_name:
+                self.tstate(task).host = pod.spec.node_name
+            if _started(pod) and pod.metadata.name not in self.followers:
+                self._follow(task, pod.metadata.name)
+        self._record_placement()
+
+    def _follow(self, task: ClusterTask, name: str) -> None:
+        path = self.spec.log_path(task)
+
+        def copy():
+            try:
+                resp = self.core.read_namespaced_pod_log(name, self.namespace, container=objects.CONTAINER,
+                                                         follow=True, _preload_content=False)
+                with open(path, "ab") as f:
+                    for chunk in resp.stream(1024):
+                        f.write(chunk)
+                        f.flush()
+            except Exception as exc:  # noqa: BLE001 - a node without logs (simulated) must not stop us
+                sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
+
+        thread = threading.Thread(target=copy, name=f"log-{name}", daemon=True)
+        self.followers[name] = thread
+        thread.start()
+
+    def _record_placement(self) -> None:
+        if self.placement_done:
+            return
+        workers = [t for t in self.spec.tasks if t.role is Role.WORKER]
+        actual = [getattr(self.pods.get(self.current.get(t.name, "")), "spec", None) for t in workers]
+        if not all(a is not None and a.node_name for a in actual):
+            return
+        plan = self._plan()
+        if plan is None:
+            self.placement_done = True
+            return
+        result = placement.achieved(plan, self.wanted or [None] * len(workers), [a.node_name for a in actual],
+                                    self.settings.placement.value)
+        plan.placement = result
+        plan.save(self.spec.shard_plan_path)
+        self.placement_done = True
+        self.event(placement.describe(result))
+
+    def start_task(self, task: ClusterTask) -> None:
+        n = self.attempts.get(task.name, -1) + 1
+        self.attempts[task.name] = n
+        Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
+        progress = Path(self.spec.progress_path(task))
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.unlink(missing_ok=True)
+        env = self.spec.task_env(task, self.attempt)
+        # The runtime reports epochs to the same state store (its connection comes from the Secret).
+        env.update({k: os.environ[k] for k in STORE_ENV if k in os.environ})
+        if self.spec.job.get("job_dir"):
+            env[JOB_DIR_ENV] = self.spec.job["job_dir"]
+        node = None
+        if task.role is Role.WORKER and task.index < len(self.wanted):
+            node = self.wanted[task.index]
+        body = objects.pod_manifest(
+            self.spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
+            owner={"metadata": self.owner}, argv=self.command_for(self.spec, task),
+            cwd=task_cwd(self.spec, task), env=env, node=node, memory=self.memory)
+        self.core.create_namespaced_pod(self.namespace, body)
+        self.current[task.name] = body["metadata"]["name"]
+        self.started_at[task.name] = time.monotonic()
+        ts = self.tstate(task)
+        ts.pid, ts.state, ts.exit_code = 0, "starting", None
+
+    def _pod(self, task: ClusterTask):
+        return self.pods.get(self.current.get(task.name, ""))
+
+    def _delete(self, names: list[str], grace: float) -> None:
+        ApiException = api_exception()
+        for name in names:
+            self.ours_deleted.add(name)
+            try:
+                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=int(grace))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def _wait_pods_gone(self, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while names and time.monotonic() < deadline:
+            self.refresh()
+            names = [n for n in names if n in self.pods]
+            if names:
+                time.sleep(0.3)
+        for n in names:
+            sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
+
+    def kill_task(self, task: ClusterTask, grace: float) -> None:
+        self.stop_tasks([task], grace)
+
+    def stop_all(self, grace: float | None = None) -> None:
+        self.stop_tasks(self.spec.tasks, self.spec.grace_period_s if grace is None else grace)
+
+    def stop_tasks(self, tasks: list[ClusterTask], grace: float) -> None:
+        names = [self.current[t.name] for t in tasks if t.name in self.current]
+        self._delete(names, grace)
+        self._wait_pods_gone(names, grace + 30)
+        for name in names:
+            follower = self.followers.get(name)
+            if follower is not None:
+                follower.join(timeout=5)
+        for t in tasks:
+            ts = self.tstate(t)
+            if ts.state in ("starting", "running"):
+                ts.state = "killed"
+
+    # -- hooks of Supervisor -------------------------------------------------------------------------------
+    def poll_task(self, task: ClusterTask) -> int | None:
+        pod = self._pod(task)
+        if pod is None:
+            return 137 if task.name in self.current else None  # deleted by someone else, and already gone
+        term = _terminated(pod)
+        if term is not None:
+            return int(term.exit_code)
+        if pod.metadata.deletion_timestamp and pod.metadata.name not in self.ours_deleted:
+            return 137
+        if pod.status.phase == "Failed":  # evicted, node lost: no container status to read
+            return 137
+        if pod.status.phase == "Succeeded":
+            return 0
+        return None
+
+    def task_up(self, task: ClusterTask) -> bool:
+        pod = self._pod(task)
+        return pod is not None and any(c.type == "Ready" and c.status == "True"
+                                       for c in pod.status.conditions or [])
+
+    def task_pid(self, task: ClusterTask) -> int:
+        return 0
+
+    def exit_detail(self, task: ClusterTask, code: int) -> str:
+        pod = self._pod(task)
+        name = self.current.get(task.name, "?")
+        if pod is None or (pod.metadata.deletion_timestamp and name not in self.ours_deleted):
+            return f"pod {name} deleted"
+        term = _terminated(pod)
+        where = f"pod {name} on {pod.spec.node_name}"
+        if term is None:
+            return f"{where}: {pod.status.reason or pod.status.phase} {pod.status.message or ''}".strip()
+        if term.reason == "OOMKilled":
+            limit = _memory_limit(pod)
+            return (f"{where}: OOMKilled at its memory limit {limit} (estimate {self.memory_estimate}); "
+                    f"raise kubernetes.resources.limits.memory or lower batch_size")
+        return f"{where}: {term.reason or 'terminated'}"
+
+    def waiting_reason(self, task: ClusterTask) -> str:
+        pod = self._pod(task)
+        if pod is None:
+            return "no pod"
+        for c in pod.status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False":
+                return f"Pending, not scheduled: {c.reason}: {c.message}"
+        for cs in pod.status.container_statuses or []:
+            if cs.state and cs.state.waiting:
+                return f"{cs.state.waiting.reason}: {cs.state.waiting.message or ''}".strip(": ")
+        return f"{pod.status.phase}, not listening on port {task.port} yet"
+
+    def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
+        # Everything is deleted before the end is recorded: whoever sees the final state finds nothing left.
+        self.stop_all()
+        self.cleanup()
+        return super().finish(status, code, reason)
+
+    def _stop_requested(self) -> bool:
+        if super()._stop_requested():
+            return True
+        now = time.monotonic()
+        if now - self._owner_checked >= OWNER_CHECK_S:
+            self._owner_checked = now
+            if not self._owner_alive():
+                self.event(f"ConfigMap {self.spec.cluster_id} (the owner of every object of this cluster) was "
+                           f"deleted: stopping")
+                self.terminating = True
+        return self.terminating
+
+    def _owner_alive(self) -> bool:
+        ApiException = api_exception()
+        try:
+            cm = self.core.read_namespaced_config_map(self.spec.cluster_id, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            return True  # an API hiccup is not a deletion
+        return cm.metadata.uid == self.owner["uid"] and not cm.metadata.deletion_timestamp
+
+    # -- main loop -----------------------------------------------------------------------------------------
+    def step(self) -> ExitCode | None:
+        self.refresh()
+        return super().step()
+
+    def run(self) -> ExitCode:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        Path(self.spec.run_dir, "logs").mkdir(parents=True, exist_ok=True)
+        self.save(force=True)  # the launcher returns once this is recorded
+        try:
+            self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
+            self.prepare()
+        except Exception as exc:  # noqa: BLE001 - record why, delete what was made
+            self.cleanup()
+            self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
+            self.state.reason = f"creating the cluster's Kubernetes objects failed: {_short(exc)}"
+            self.state.finished_at = time.time()
+            self.event(self.state.reason)
+            self.save(force=True)
+            return ExitCode.INTERNAL_ERROR
+        try:
+            return super().run()
+        finally:
+            self.cleanup()
+            self.save(force=True)
+
+
+def _started(pod) -> bool:
+    return any(cs.state and (cs.state.running or cs.state.terminated) for cs in pod.status.container_statuses or [])
+
+
+def _terminated(pod):
+    for cs in pod.status.container_statuses or []:
+        if cs.name == objects.CONTAINER and cs.state and cs.state.terminated:
+            return cs.state.terminated
+    return None
+
+
+def _memory_limit(pod) -> str:
+    for c in pod.spec.containers:
+        if c.name == objects.CONTAINER and c.resources and c.resources.limits:
+            limit = c.resources.limits.get("memory")
+            mib = parse_mib(limit)
+            return f"{limit} ({mib:.0f} MiB)" if mib else str(limit)
+    return "(none)"
+
+
+def _short(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message", str(exc))
+        except (ValueError, AttributeError):
+            pass
+    return str(exc).splitlines()[0] if str(exc) else repr(exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m ignite_tf.cluster.k8s.supervisor CLUSTER_JSON K8S_JSON", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    spec = ClusterSpec.load(argv[0])
+    k8s = json.loads(Path(argv[1]).read_text())
+    store = store_from_env()
+    if store is None:
+        print("error: no state store configured (IGNITE_TF_STATE_STORE)", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    try:
+        sup = PodSupervisor(spec, store, KubernetesSettings.parse(k8s["settings"]), k8s["namespace"], k8s["image"])
+        return int(sup.run())
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""The one default of each training setting, shared by the YAML schema, the operators, the CLI and the core.
+
+A setting has one name everywhere (``label_column``, ``max_restarts``, ``startup_deadline_s``,
+``poll_interval``...) and its default is defined here once; the pipeline schema repeats the values as JSON
+``default`` keywords for editors, and ``tests/test_settings.py`` checks that every place agrees. The
+restart policy and the progress watchdog keep theirs next to their logic, in ``ignite_tf.cluster.policy``.
+"""
+
+from __future__ import annotations
+
+# Restarts of a failed task before the cluster fails: enough for a lost node or an OOM kill, few enough that
+# a job that fails for its own reasons ends quickly.
+DEFAULT_MAX_RESTARTS = 2
+# Seconds for every task of a cluster to listen on its port: TensorFlow's import and server start on a busy
+# 2-core machine take well over a minute.
+DEFAULT_STARTUP_DEADLINE_S = 180.0
+# Seconds between polls of a cluster's state by the operator, the trigger and the sensor.
+DEFAULT_POLL_INTERVAL = 5.0
+# The column the model predicts.
+DEFAULT_LABEL_COLUMN = "label"
+DEFAULT_EPOCHS = 5
+DEFAULT_BATCH_SIZE = 64
+# The model registry's root when none is given (the YAML spec, example DAGs).
+ENV_REGISTRY_ROOT = "IGNITE_TF_REGISTRY"
+DEFAULT_REGISTRY_ROOT = "~/.cache/ignite-tf/registry"

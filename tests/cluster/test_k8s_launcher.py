@@ -1,0 +1,299 @@
+"""The Kubernetes launcher on the local Kubernetes, with simulated (kwok) nodes.
+
+Real in every test: the control plane (apiserver, scheduler, controller-manager and its garbage collector),
+Airflow's KubernetesHook that the launcher and its pod supervisor use, the session's 2 Ignite nodes (the
+partition map, the shard plan, the cluster state store), the pod supervisor process. Simulated: what runs in
+a pod on a kwok node — nothing runs; a pod stays Running until the test sets its exit code through an
+annotation (0, 1, 137 with reason OOMKilled), as k8s/kwok/pod-exit.yaml plays it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from ignite_tf.cli import main as cli_main
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.state import ExitCode, Status
+from ignite_tf.dev.k8s import cluster as local_k8s
+from ignite_tf.plan.shards import ShardPlan
+from tests.k8slaunch import (
+    assert_nothing_left,
+    cluster_pods,
+    end_pod,
+    simulated_settings,
+    start,
+    use_local_k8s,
+    wait_final,
+    wait_running,
+)
+from tests.k8sutil import wait_for
+from tests.sqldata import create_table
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+
+SIMULATED = ["sim-0", "sim-1", "sim-2"]
+
+
+@pytest.fixture(scope="module")
+def k8s_cache(ignite_conn):
+    client = ignite_conn.client()
+    try:
+        create_table(client, "k8s_launcher", range(600))
+    finally:
+        client.close()
+    return "k8s_launcher"
+
+
+@pytest.fixture
+def kube(k8s_cluster, k8s_namespace, monkeypatch):
+    use_local_k8s(monkeypatch, k8s_cluster)
+    return k8s_cluster.core, k8s_namespace
+
+
+def _ignite_pods(core, ns, conn, cache) -> dict[str, str]:
+    """Stand-ins for Ignite's pods: one simulated pod per Ignite node, named by its consistent id, placed by
+    the real scheduler on a chosen simulated node. Returns consistent id -> Kubernetes node."""
+    from ignite_tf.plan.partitions import PartitionMap
+
+    pm = PartitionMap.discover(conn, cache)
+    ids = sorted(n.consistent_id for n in pm.nodes.values())
+    where = dict(zip(ids, ["sim-2", "sim-0"], strict=False))
+    for cid, node in where.items():
+        core.create_namespaced_pod(ns, {"metadata": {"name": cid, "labels": {"app": "ignite"}}, "spec": {
+            "nodeSelector": {local_k8s.HOST_LABEL: node},
+            "containers": [{"name": "ignite", "image": "simulated/ignite:2.17"}]}})
+    wait_for(lambda: all(core.read_namespaced_pod(c, ns).spec.node_name for c in where), 60, "Ignite pods placed")
+    return where
+
+
+def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real scheduler on simulated nodes: each worker lands on the Kubernetes node of the Ignite pod that holds
+    its partitions (placement: required); the shard plan records the locality its own plan allows and the chief's output prints
+    it. Also checked on the real objects: one headless Service, pods owned by the ConfigMap, TF_CONFIG from
+    the Service's DNS names, the Ignite login in a Secret (not in the pod spec), a computed memory request."""
+    core, ns = kube
+    where = _ignite_pods(core, ns, ignite_conn, k8s_cache)
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(
+        ns, placement="required", ignite_selector="app=ignite", resources={}))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        plan = ShardPlan.load(f"{state.run_dir}/shard_plan.json")
+        for i in range(2):
+            assert pods[f"worker-{i}"].spec.node_name == where[plan.worker_hosts[i]]
+        wait_for(lambda: ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement, 60, "placement recorded")
+        placed = ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement
+        assert placed["locality"] == placed["planned_locality"] > 0.9 and placed["local_workers"] == 2
+        svc = core.read_namespaced_service(objects.service_name(cid), ns)
+        assert svc.spec.cluster_ip == "None"
+        pod = pods["worker-1"]
+        assert pod.metadata.owner_references[0].kind == "ConfigMap" and pod.metadata.owner_references[0].name == cid
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config["cluster"]["worker"][1] == f"worker-1.{svc.metadata.name}.{ns}.svc:2222"
+        assert "IGNITE_TF_ADDRESSES" not in env and pod.spec.containers[0].env_from[0].secret_ref.name
+        memory = pod.spec.containers[0].resources.requests["memory"]
+        assert memory == pod.spec.containers[0].resources.limits["memory"] and memory.endswith("Mi")
+        for p in pods.values():
+            end_pod(core, ns, p, 0)
+        final = wait_final(launcher, cid)
+        assert final.status is Status.SUCCEEDED, final.reason
+        out = launcher.output(cid)[0]
+        assert "memory estimate per task" in out and f"{placed['locality'] * 100:.1f}% of rows read locally" in out
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_restart_scope_follows_the_mode(kube, ignite_conn, k8s_cache, tmp_path, mode):
+    """Simulated exit 137 of worker-1 (retryable): sync replaces every pod, async replaces worker-1 alone;
+    then simulated exit 0 ends the cluster as succeeded (async: the chief's exit; the ps is stopped) and
+    nothing of it is left. Real: the supervisor's decisions on the apiserver's pod statuses."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns), mode=mode, ps=1)
+    cid = state.cluster_id
+    tasks = ["worker-0", "worker-1"] + (["chief-0", "ps-0"] if mode == "async" else [])
+    try:
+        before = wait_running(core, ns, cid, tasks, attempt=0)
+        end_pod(core, ns, before["worker-1"], 137)
+        after = wait_running(core, ns, cid, ["worker-1"], attempt=1)
+        others = [t for t in tasks if t != "worker-1"]
+        if mode == "sync":
+            after = wait_running(core, ns, cid, tasks, attempt=1)
+        else:
+            assert all(after[t].metadata.name == before[t].metadata.name for t in others)
+        state = wait_for(lambda: launcher.status(cid).failures and launcher.status(cid), 30, "the failure recorded")
+        assert state.restarts == 1 and state.failures[0]["exit_code"] == 137
+        for t in (["chief-0"] if mode == "async" else tasks):
+            end_pod(core, ns, after[t], 0)
+        final = wait_final(launcher, cid)
+        assert final.status is Status.SUCCEEDED, final.reason
+        assert final.failures[0]["action"] == ("restarted worker-1 alone" if mode == "async"
+                                                else "restarted the cluster")
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, k8s_cache, tmp_path):
+    """Simulated exit 1 (the task's own error) under the exit-code policy ends the cluster at once (exit 1);
+    simulated OOMKilled (137) with no restarts left ends it naming OOMKilled, the limit and the estimate."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        end_pod(core, ns, pods["worker-0"], 1)
+        final = wait_final(launcher, cid)
+    finally:
+        launcher.stop(cid)
+    assert final.exit_code == ExitCode.USER_CODE_FAILED and final.restarts == 0
+    assert "worker-0 exited with status 1" in final.reason and "not retryable" in final.reason
+    assert_nothing_left(core, ns, cid)
+
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns, resources={}), max_restarts=0,
+                            cluster_id="oom-" + cid[-6:])
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        end_pod(core, ns, pods["worker-1"], 137)
+        final = wait_final(launcher, cid)
+    finally:
+        launcher.stop(cid)
+    assert final.exit_code == ExitCode.RESTARTS_EXHAUSTED
+    assert "OOMKilled at its memory limit" in final.reason and "estimate" in final.reason, final.reason
+    assert_nothing_left(core, ns, cid)
+
+
+def test_deleted_pod_is_restarted(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real: a user deletes worker-0's pod through the apiserver; the supervisor treats it as a lost task
+    (retryable) and restarts the cluster. Simulated: the pods' running and exit."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    cid = state.cluster_id
+    try:
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
+        core.delete_namespaced_pod(pods["worker-0"].metadata.name, ns, grace_period_seconds=0)
+        pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=1)
+        state = wait_for(lambda: launcher.status(cid).failures and launcher.status(cid), 30, "the failure recorded")
+        assert "deleted" in state.failures[0]["detail"]
+        for p in pods.values():
+            end_pod(core, ns, p, 0)
+        assert wait_final(launcher, cid).status is Status.SUCCEEDED
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(core, ns, cid)
+
+
+def test_unschedulable_pod_ends_in_the_startup_deadline(kube, ignite_conn, k8s_cache, tmp_path):
+    """Real scheduler: a pod whose node selector matches no node stays Pending; the start-up deadline ends
+    the cluster (exit 3) with the scheduler's reason in the message, and nothing is left."""
+    core, ns = kube
+    settings = simulated_settings(ns, node_selector={local_k8s.HOST_LABEL: "no-such-node"})
+    launcher, state = start(ignite_conn, k8s_cache, tmp_path, settings, startup_deadline_s=8)
+    final = wait_final(launcher, state.cluster_id)
+    assert final.exit_code == ExitCode.STARTUP_DEADLINE
+    assert "Unschedulable" in final.reason and "didn't match Pod's node affinity/selector" in final.reason, final.reason
+    assert_nothing_left(core, ns, state.cluster_id)
+
+
+def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, k8s_cache, tmp_path, capsys, monkeypatch):
+    """Real: `ignite-tf stop` stops a running cluster (the supervisor deletes the pods with their grace period,
+    then the owner); deleting the owner ConfigMap by hand makes the garbage collector delete the rest and the
+    supervisor stop; a supervisor killed with SIGKILL leaves pods that `stop` then deletes itself."""
+    core, ns = kube
+    monkeypatch.setenv("IGNITE_TF_ADDRESSES", ignite_conn.addresses_str)
+    for how in ("cli-stop", "delete-owner", "supervisor-killed"):
+        launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns),
+                                cluster_id=f"{how}-{os.getpid()}")
+        cid = state.cluster_id
+        wait_running(core, ns, cid, ["worker-0", "worker-1"])
+        if how == "cli-stop":
+            assert cli_main(["stop", cid]) == 0
+            assert f"{cid} stopped" in capsys.readouterr().out
+        elif how == "delete-owner":
+            objects.delete_owner(core, ns, cid)
+            assert wait_final(launcher, cid).status is Status.STOPPED
+        else:
+            os.kill(launcher.status(cid).supervisor_pid, signal.SIGKILL)
+            assert launcher.stop(cid).status is Status.STOPPED
+        assert_nothing_left(core, ns, cid, timeout=30)
+        assert not cluster_pods(core, ns, cid, live_only=False)
+
+
+def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, monkeypatch, tmp_path):
+    """Real: TFClusterOperator(launcher="kubernetes") starts the cluster through Airflow's KubernetesHook;
+    the deferred task's trigger ``on_kill`` (a user marks the task failed) and the operator's own
+    ``on_kill`` (the worker kills a task that was not deferred) each stop it, and nothing of it is left.
+    Stand-ins: the task context (a dict with the try number and an XCom store) instead of a scheduler."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+    from tests.airflowutil import TaskContext, ignite_connection_env, migrate_db
+
+    core, ns = kube
+    migrate_db()
+    for key, value in ignite_connection_env(ignite_conn).items():
+        monkeypatch.setenv(key, value)
+    dag = SimpleNamespace(dag_id=f"k8s_kill_{os.getpid()}")
+    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
+    (tmp_path / "job").mkdir()
+
+    def operator(**kw):
+        return TFClusterOperator(task_id="train", cache=k8s_cache, command=["python", "train.py"],
+                                 job_dir=str(tmp_path / "job"),
+                                 workers=2, launcher="kubernetes", kubernetes=simulated_settings(ns),
+                                 poll_interval=0.5, **kw)
+
+    op = operator()
+    context = TaskContext(dag, "manual__deferred")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    cid = context["ti"].xcoms["cluster_id"]
+    wait_running(core, ns, cid, ["worker-0", "worker-1"])
+    asyncio.run(deferred.value.trigger.on_kill())
+    assert_nothing_left(core, ns, cid, timeout=30)
+
+    op2 = operator(deferrable=False)
+    context2 = TaskContext(dag, "manual__not_deferred")
+    runner = threading.Thread(target=lambda: _swallow(op2.execute, context2), daemon=True)
+    runner.start()
+    cid2 = wait_for(lambda: context2["ti"].xcoms.get("cluster_id"), 120, "cluster id")
+    wait_running(core, ns, cid2, ["worker-0", "worker-1"])
+    op2.on_kill()
+    runner.join(timeout=60)
+    assert_nothing_left(core, ns, cid2, timeout=30)
+
+
+def _swallow(fn, *args):
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - the killed task's own failure is expected here
+        pass
+
+
+def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_namespace):
+    """Real: the apiserver validates docker/k8s/*.yaml (Ignite StatefulSet and Services, the launcher's RBAC)
+    with a server-side dry run; and the example settings parse as KubernetesSettings."""
+    from pathlib import Path
+
+    import yaml
+    from kubernetes import utils
+
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+
+    folder = Path(__file__).resolve().parents[2] / "docker" / "k8s"
+    for name in ("ignite.yaml", "launcher-rbac.yaml"):
+        docs = [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
+        utils.create_from_yaml(k8s_cluster.api, yaml_objects=docs, namespace=k8s_namespace, dry_run="All")
+    settings = KubernetesSettings.parse(yaml.safe_load((folder / "training.yaml").read_text()))
+    assert settings.ignite_selector == "app=ignite"

@@ -1,0 +1,97 @@
+"""The Kubernetes launcher's settings, manifests and memory estimate, without a cluster (pure functions), and
+the settings' way from YAML and the CLI. The launcher itself runs on the local Kubernetes in
+test_k8s_launcher.py (simulated nodes) and test_k8s_training.py (the real node)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.k8s.memory import TF_BASELINE_MIB, estimate, parse_mib
+from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
+from ignite_tf.cluster.spec import build_spec
+from ignite_tf.errors import ConfigError
+from tests.dags.test_factory import base_spec
+
+
+def _spec(mode="async"):
+    return build_spec(cluster_id="tf-x1", cache="c", mode=mode, workers=2, run_dir="/runs/tf-x1",
+                      job={"entry_point": "ignite_tf.models:tabular_classifier",
+                           "args": ["--batch-size", "32", "--model-arg", "hidden=64"]})
+
+
+def test_settings_are_checked_with_the_field_named():
+    assert KubernetesSettings.parse(None).placement is Placement.PREFERRED
+    with pytest.raises(ConfigError, match="placement must be one of"):
+        KubernetesSettings.parse({"placement": "nearby"})
+    with pytest.raises(ConfigError, match="unknown setting.*'namespcae'"):
+        KubernetesSettings.parse({"namespcae": "x"})
+    with pytest.raises(ConfigError, match="dns: false needs host_network"):
+        KubernetesSettings.parse({"dns": False})
+
+
+def test_tf_config_uses_the_headless_service_dns_names_and_pods_are_owned():
+    spec = objects.with_pod_addresses(_spec(), "ns1", KubernetesSettings())
+    assert spec.cluster_dict()["worker"] == ["worker-0.tf-x1.ns1.svc:2222", "worker-1.tf-x1.ns1.svc:2222"]
+    owner = {"metadata": {"name": "tf-x1", "uid": "u1"}}
+    settings = KubernetesSettings(placement="required", labels={"team": "a"}, tolerations=[{"key": "k"}],
+                                  resources={"requests": {"cpu": "1"}})
+    pod = objects.pod_manifest(spec, spec.tasks[1], 3, namespace="ns1", settings=settings, image="img:1",
+                               owner=owner, argv=["python", "x.py"], cwd="/runs/tf-x1/job", env={"A": "1"},
+                               node="node-7", memory="900Mi")
+    assert pod["metadata"]["name"] == "tf-x1-worker-0-3" and pod["metadata"]["labels"]["team"] == "a"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["subdomain"] == "tf-x1"
+    c = pod["spec"]["containers"][0]
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "900Mi"}, "limits": {"memory": "900Mi"}}
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["node-7"]
+    assert {"name": "run", "mountPath": "/runs/tf-x1"} in c["volumeMounts"]
+    svc = objects.service_manifest(spec, settings, owner)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"] == [
+        {"name": "tf-2222", "port": 2222, "targetPort": 2222}]
+
+
+def test_memory_estimate_counts_model_batches_reader_and_baseline():
+    est = estimate(_spec().job)
+    assert est.params == (16 + 1) * 64 + 65 * 64 + 65 * 2  # tabular_classifier.parameters(hidden=64)
+    assert est.batch_size == 32 and est.optimizer_slots == 2
+    assert est.total_mib >= TF_BASELINE_MIB * 1.25 and est.quantity().endswith("Mi")
+    big = estimate({"command": ["python", "x.py"]}, params=50_000_000)
+    assert big.model_mib == pytest.approx(50_000_000 * 4 * 4 / 2**20)
+    assert "parameters 50,000,000" in big.describe()
+    assert "unknown" in estimate({"command": ["python", "x.py"]}).describe()
+    assert parse_mib("1Gi") == 1024 and parse_mib("512Mi") == 512
+
+
+def test_yaml_launcher_kubernetes_reaches_the_train_task(tmp_path):
+    from ignite_tf.dags.factory import build_dag, render
+    from ignite_tf.dags.spec import SpecError, parse_spec
+
+    spec = base_spec(tmp_path)
+    spec["training"].update(launcher="kubernetes", kubernetes={"namespace": "training", "placement": "required"})
+    path = tmp_path / "k8s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    train = build_dag(render(parse_spec(path))[0]).get_task("train")
+    assert train.launcher == "kubernetes" and train.kubernetes["placement"] == "required"
+    spec["training"]["kubernetes"]["placement"] = "nearby"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match="training.kubernetes.placement"):
+        parse_spec(path)
+    spec["training"].update(launcher="local", kubernetes={"namespace": "x"})
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match="launcher: kubernetes"):
+        parse_spec(path)
+
+
+def test_cli_kubernetes_settings(capsys):
+    from ignite_tf.cli import _k8s_settings, build_parser, main
+
+    args = build_parser().parse_args(["start", "--launcher", "kubernetes", "--k8s", json.dumps({"image": "a"}),
+                                      "--namespace", "ns", "--placement", "none", "c", ".", "python"])
+    assert _k8s_settings(args) == {"image": "a", "namespace": "ns", "placement": "none"}
+    assert main(["start", "--namespace", "ns", "c", ".", "python"]) == 1
+    assert "--launcher kubernetes" in capsys.readouterr().err

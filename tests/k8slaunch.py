@@ -1,0 +1,79 @@
+"""Helpers for tests of the Kubernetes launcher on the local Kubernetes (fixtures in tests/k8sutil.py)."""
+
+from __future__ import annotations
+
+import json
+
+from ignite_tf.cluster.api import make_launcher, start_cluster
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.dev.k8s import cluster as local_k8s
+from tests.k8sutil import wait_for
+
+SIMULATED_IMAGE = "simulated/never-pulled:1"
+ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}
+REAL_NODE = {"node_selector": {local_k8s.HOST_LABEL: "real-0"}, "host_network": True, "dns": False,
+             "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]}
+
+
+def use_local_k8s(monkeypatch, k8s_cluster) -> None:
+    """Airflow's kubernetes_default connection -> the local cluster's kubeconfig (environment only)."""
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": k8s_cluster.kubeconfig}}))
+
+
+def simulated_settings(namespace: str, **extra) -> dict:
+    return {"namespace": namespace, "image": SIMULATED_IMAGE, "node_selector": dict(ON_SIMULATED),
+            "resources": {"limits": {"memory": "1Gi"}}, **extra}
+
+
+def start(conn, cache, tmp_path, settings: dict, *, mode="sync", workers=2, command=("python", "train.py"),
+          **kwargs):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir(exist_ok=True)
+    (job_dir / "train.py").write_text("print('simulated')\n")
+    launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
+    kwargs.setdefault("startup_deadline_s", 120)
+    state = start_cluster(cache, {"command": list(command), "job_dir": str(job_dir)}, conn=conn, mode=mode,
+                          workers=workers, run_root=tmp_path / "runs", launcher=launcher, **kwargs)
+    return launcher, state
+
+
+def cluster_pods(core, ns: str, cluster_id: str, live_only: bool = True) -> dict:
+    """task name -> its newest pod."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"{objects.LABEL_CLUSTER}={cluster_id}").items
+    out = {}
+    for p in sorted(pods, key=lambda p: int(p.metadata.labels[objects.LABEL_ATTEMPT])):
+        if live_only and (p.metadata.deletion_timestamp or p.status.phase in ("Succeeded", "Failed")):
+            continue
+        out[p.metadata.labels[objects.LABEL_TASK]] = p
+    return out
+
+
+def wait_running(core, ns, cluster_id, tasks: list[str], timeout=120, attempt: int | None = None) -> dict:
+    def ready():
+        pods = cluster_pods(core, ns, cluster_id)
+        ok = all(t in pods and pods[t].status.phase == "Running"
+                 and (attempt is None or pods[t].metadata.labels[objects.LABEL_ATTEMPT] == str(attempt))
+                 for t in tasks)
+        return pods if ok else None
+
+    return wait_for(ready, timeout, f"pods {tasks} Running", poll=0.5)
+
+
+def end_pod(core, ns, pod, code: int) -> None:
+    """Make a simulated pod exit with ``code`` (kwok stage k8s/kwok/pod-exit.yaml)."""
+    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {
+        local_k8s.EXIT_CODE_ANNOTATION: str(code), local_k8s.RUN_FOR_ANNOTATION: "100ms"}}})
+
+
+def wait_final(launcher, cluster_id, timeout=180):
+    def done():
+        state, alive = launcher.settled(cluster_id)
+        return state if state.status.final and not alive else None
+
+    return wait_for(done, timeout, f"cluster {cluster_id} to end", poll=0.5)
+
+
+def assert_nothing_left(core, ns, cluster_id, timeout=90):
+    wait_for(lambda: not objects.leftovers(core, ns, cluster_id), timeout,
+             f"every object of {cluster_id} to be deleted", poll=0.5)
