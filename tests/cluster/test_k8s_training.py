@@ -93,6 +93,24 @@ def test_sync_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_pat
     assert all(t.host for t in state.tasks)
 
 
+def test_async_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_path, capsys):
+    """`ignite-tf start --launcher kubernetes --mode async`: a chief, 1 worker and 1 ps as pods on the real
+    node; the worker writes its shard from Ignite into its feed, the chief trains 1 epoch from it, the ps is
+    stopped when the chief ends; the model is published and nothing of the cluster is left."""
+    core, ns = kube
+    cid = f"k8s-async-{uuid.uuid4().hex[:6]}"
+    code = _start(ns, tmp_path, cid, 1, "--mode", "async", "--workers", "1", "--ps", "1")
+    out = capsys.readouterr().out
+    state = make_launcher(ignite_conn).status(cid)
+    assert code == 0 and state.status is Status.SUCCEEDED, out[-3000:]
+    assert sorted(t.name for t in state.tasks) == ["chief-0", "ps-0", "worker-0"]
+    run_dir = Path(state.run_dir)
+    assert (run_dir / "logs" / "chief-0.log").stat().st_size > 0
+    assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
+    assert _publish(tmp_path, state)["status"] in ("production", "candidate")
+    assert_nothing_left(core, ns, cid)
+
+
 def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cache, tmp_path, capsys):
     """Real: after epoch 1, worker-1's container process is killed with SIGKILL on the host (exit 137); the
     supervisor restarts the sync cluster as new pods, which resume from the checkpoint in the run folder
@@ -128,10 +146,15 @@ def _task_of(proc) -> tuple | None:
     return env["IGNITE_TF_CLUSTER_ID"], task["type"], task["index"]
 
 
-def test_async_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch):
+TOPOLOGY = {"sync": ({"workers": 2}, ["worker", "worker"]),
+            "async": ({"workers": 1, "ps": 1}, ["chief", "ps", "worker"])}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
     """A YAML pipeline with `training.launcher: kubernetes` run with dag.test() on Airflow's DB: load, plan,
-    validate, then a chief + 1 worker + 1 ps as pods on the real node (async SGD) training from Ignite,
-    waited for in the trigger, and PublishModelOperator publishing the Kubernetes-trained model."""
+    validate, then pods on the real node training from Ignite — 2 sync workers, or a chief + 1 worker + 1 ps
+    (async SGD) — waited for in the trigger, and PublishModelOperator publishing the Kubernetes-trained model."""
     import importlib.util
 
     from airflow import settings
@@ -148,22 +171,22 @@ def test_async_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch):
     (folder / "specs").mkdir(parents=True)
     suite = Path(__file__).resolve().parents[2] / "dags" / "expectations" / "tabular.yaml"
     (folder / "specs" / "k8s.yaml").write_text(yaml.safe_dump({
-        "dag_id": "ignite_tf_k8s_async", "cache": "k8s_async", "key": "id", "suite": str(suite),
+        "dag_id": f"ignite_tf_k8s_{mode}", "cache": f"k8s_{mode}", "key": "id", "suite": str(suite),
         "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 1500, "seed": 2},
-        "training": {"mode": "async", "workers": 1, "ps": 1, "entry_point": "ignite_tf.models:tabular_classifier",
+        "training": {"mode": mode, **TOPOLOGY[mode][0], "entry_point": "ignite_tf.models:tabular_classifier",
                      "epochs": 1, "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
                      "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}", **REAL_NODE}},
-        "publish": {"registry": str(tmp_path / "registry"), "model": "k8s_async", "thresholds": {}}}))
+        "publish": {"registry_root": str(tmp_path / "registry"), "model": f"k8s_{mode}", "thresholds": {}}}))
     (folder / "pipelines.py").write_text("# airflow dag\nfrom ignite_tf.dags import load_dags\n\n"
                                          "airflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n")
     module_spec = importlib.util.spec_from_file_location(f"dags_{uuid.uuid4().hex}", folder / "pipelines.py")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    dag = module.ignite_tf_k8s_async
+    dag = getattr(module, f"ignite_tf_k8s_{mode}")
     run = dag.test()
     assert run.state == "success", {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     registry = ModelRegistry(tmp_path / "registry")
-    assert len(registry.versions("k8s_async")) == 1
+    assert len(registry.versions(f"k8s_{mode}")) == 1
     spec = json.loads(next((tmp_path / "runs").glob("*/cluster.json")).read_text())
-    assert sorted(t["role"] for t in spec["tasks"]) == ["chief", "ps", "worker"]
+    assert sorted(t["role"] for t in spec["tasks"]) == TOPOLOGY[mode][1]
     assert_nothing_left(core, ns, spec["cluster_id"])
