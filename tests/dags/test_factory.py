@@ -180,7 +180,7 @@ def _missing_source_file(s):
 
 
 def _launcher(s):
-    s["training"]["launcher"] = "kubernetes"
+    s["training"]["launcher"] = "slurm"
 
 
 def _bad_mode(s):
@@ -234,7 +234,7 @@ def _model_args_with_script(s):
     (_unknown_preset, "schedule", "@weekly"),
     (_missing_suite, "suite", "does not exist"),
     (_missing_source_file, "source.path", "does not exist"),
-    (_launcher, "training.launcher", "allowed: local"),
+    (_launcher, "training.launcher", "allowed: local, kubernetes"),
     (_bad_mode, "training.mode", "allowed: sync, async"),
     (_both_jobs, "training", "exactly one of entry_point"),
     (_unset_env, "training.epochs", "IGNITE_TF_TEST_UNSET_VAR is not set"),
