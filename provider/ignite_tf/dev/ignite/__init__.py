@@ -1,0 +1,1 @@
+"""A local Apache Ignite cluster (JVMs from Maven Central) for development and tests."""
