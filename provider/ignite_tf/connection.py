@@ -19,6 +19,9 @@ from typing import Any
 
 from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteUnavailableError
 
+# The thin-client query that counts server nodes (the hook's connection test, the local cluster's readiness).
+SERVER_NODES_SQL = "SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE"
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 10800
 DEFAULT_ADDRESS = f"{DEFAULT_HOST}:{DEFAULT_PORT}"

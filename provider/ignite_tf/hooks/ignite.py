@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ignite_tf.connection import DEFAULT_PORT, IgniteConnectionConfig
+from ignite_tf.connection import DEFAULT_PORT, SERVER_NODES_SQL, IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 
 try:
@@ -25,7 +25,6 @@ except ImportError:  # Airflow < 3.1 raises the core class
 if TYPE_CHECKING:
     from pyignite import Client
 
-SERVER_NODES_SQL = "SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE"
 # Older Airflow UIs stored custom fields as ``extra__<conn_type>__<name>``.
 _PREFIX = "extra__ignite__"
 _TRUE = ("1", "true", "yes", "on")

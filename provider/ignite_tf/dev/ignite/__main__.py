@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf.errors import IgniteTFError
 from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, DEFAULT_PORT, LocalIgniteCluster
 from ignite_tf.dev.ignite.jvm import IGNITE_HOME, ensure_jars, ignite_version
+from ignite_tf.errors import IgniteTFError
 
 
 def default_state_dir() -> Path:

@@ -34,7 +34,16 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
+from ignite_tf.cluster.procs import (
+    MAX_NODES,
+    PORT_RANGES,
+    die_with_parent,
+    free_port_bases,
+    kill_and_wait,
+    pid_alive,
+    port_free,
+    tail_of,
+)
 from ignite_tf.dev.ignite.jvm import (
     CONF_DIR,
     JAVA17_OPTS,
@@ -42,17 +51,8 @@ from ignite_tf.dev.ignite.jvm import (
     java_binary,
     keytool_binary,
 )
-from ignite_tf.cluster.procs import (
-    MAX_NODES,
-    PORT_RANGES,
-    die_with_parent,
-    tail_of,
-    free_port_bases,
-    kill_and_wait,
-    pid_alive,
-    port_free,
-)
 from ignite_tf.dev.ignite.tls import TlsFiles, make_certificates
+from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
 
 DEFAULT_PORT = 10800
 # Ignite creates this user, with this password, when an authenticated cluster is first activated.
@@ -301,7 +301,7 @@ class LocalIgniteCluster:
 
     def server_count(self, node: Node | None = None) -> int:
         """Server nodes in the topology as seen through one node's thin client (default: the first live one)."""
-        from ignite_tf.hooks.ignite import SERVER_NODES_SQL
+        from ignite_tf.connection import SERVER_NODES_SQL
 
         for candidate in [node] if node else self.live_nodes():
             client = self._login(candidate)
