@@ -93,24 +93,6 @@ def test_sync_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_pat
     assert all(t.host for t in state.tasks)
 
 
-def test_async_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_path, capsys):
-    """`ignite-tf start --launcher kubernetes --mode async`: a chief, 1 worker and 1 ps as pods on the real
-    node; the worker writes its shard from Ignite into its feed, the chief trains 1 epoch from it, the ps is
-    stopped when the chief ends; the model is published and nothing of the cluster is left."""
-    core, ns = kube
-    cid = f"k8s-async-{uuid.uuid4().hex[:6]}"
-    code = _start(ns, tmp_path, cid, 1, "--mode", "async", "--workers", "1", "--ps", "1")
-    out = capsys.readouterr().out
-    state = make_launcher(ignite_conn).status(cid)
-    assert code == 0 and state.status is Status.SUCCEEDED, out[-3000:]
-    assert sorted(t.name for t in state.tasks) == ["chief-0", "ps-0", "worker-0"]
-    run_dir = Path(state.run_dir)
-    assert (run_dir / "logs" / "chief-0.log").stat().st_size > 0
-    assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
-    assert _publish(tmp_path, state)["status"] in ("production", "candidate")
-    assert_nothing_left(core, ns, cid)
-
-
 def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cache, tmp_path, capsys):
     """Real: after epoch 1, worker-1's container process is killed with SIGKILL on the host (exit 137); the
     supervisor restarts the sync cluster as new pods, which resume from the checkpoint in the run folder
