@@ -9,7 +9,6 @@ that was already running before the session (``make k8s-up``) is used and left r
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import pytest
 
 from ignite_tf.dev.k8s import cluster as local_k8s
 from ignite_tf.dev.k8s import host as local_k8s_host
+from tests.polling import wait_for
 
 
 @dataclass
@@ -38,16 +38,6 @@ class LocalK8s:
         return client.BatchV1Api(self.api)
 
 
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.3):
-    """Poll ``predicate`` until it returns something true; fail after ``timeout`` s naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
+
+from tests import polling
 
 
 def chrome(download_dir: Path | None = None):
@@ -32,15 +33,9 @@ def login(driver, svc) -> None:
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition", driver=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            source = driver.page_source[-3000:] if driver is not None else ""
-            raise AssertionError(f"timed out waiting for {what}\n{source}")
-        time.sleep(0.5)
+    """:func:`tests.polling.wait_for`, showing the end of the page on a timeout."""
+    seen = (lambda: driver.page_source[-3000:]) if driver is not None else None
+    return polling.wait_for(predicate, timeout, what, poll=0.5, seen=seen)
 
 
 def click(driver, xpath: str, what: str, timeout: float = 60.0) -> None:
