@@ -25,11 +25,50 @@ from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pi
 from tests.k8sutil import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 
 
+_SESSION_CLUSTER: list[LocalIgniteCluster] = []  # the session cluster, once a test has asked for it
+
+
+def _session_caches() -> set[str]:
+    if not _SESSION_CLUSTER:
+        return set()
+    client = _SESSION_CLUSTER[0].connection().client()
+    try:
+        return set(client.get_cache_names())
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def drop_module_caches(request):
+    """Destroy the caches a test module created in the session cluster when the module ends.
+
+    Each cache holds its partitions' pages in every node's data region (1024 partitions, with a backup), so a
+    session that kept all of them ran the 512 MB regions out of memory and halted the nodes. Modules that use
+    the session-wide Airflow services keep theirs: later modules look at those runs."""
+    before = _session_caches()
+    yield
+    items = [item for item in request.session.items if item.module is request.module]
+    if not _SESSION_CLUSTER or any("airflow_services" in item.fixturenames for item in items):
+        return
+    created = _session_caches() - before
+    if created:
+        client = _SESSION_CLUSTER[0].connection().client()
+        try:
+            for name in sorted(created):
+                client.get_cache(name).destroy()
+        finally:
+            client.close()
+    left = _session_caches() & created
+    assert not left, f"caches {sorted(left)} of {request.module.__name__} could not be destroyed"
+
+
 @pytest.fixture(scope="session")
 def ignite_cluster(tmp_path_factory):
     cluster = LocalIgniteCluster.on_free_ports(tmp_path_factory.mktemp("ignite"), "tests", die_with_parent=True)
     cluster.up(2)
+    _SESSION_CLUSTER.append(cluster)
     yield cluster
+    _SESSION_CLUSTER.clear()
     pids = [n.pid for n in cluster.nodes]
     cluster.down()
     left = [p for p in pids if pid_alive(p)]
