@@ -16,6 +16,7 @@ import pytest
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.spec import ClusterSpec, Role, build_spec, cluster_id_from
 from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
+from ignite_tf.cluster.supervisor import task_command
 from ignite_tf.errors import ConfigError
 from tests.clusterutil import JOBS, PORTJOB, assert_nothing_left, cluster_processes, wait_for
 from tests.sqldata import create_table
@@ -65,6 +66,26 @@ def test_spec_tf_config_and_env():
     a = cluster_id_from("dag", "manual__2026-01-01T00:00:00+00:00", "train", 1)
     assert a == cluster_id_from("dag", "manual__2026-01-01T00:00:00+00:00", "train", 1)
     assert a != cluster_id_from("dag", "manual__2026-01-01T00:00:00+00:00", "train", 2)
+
+
+def test_async_servers_get_the_runtime_flags_of_the_chief_command():
+    """Async: the chief runs the job; workers and ps serve. When the job's command is the runtime itself, its
+    flags (--epochs & co) reach the servers, whose workers write the feed that chief reads; a user's own chief
+    script gets plain TF servers (no flags, no feed); an entry point's args go to every task."""
+    def commands(job):
+        spec = build_spec(cluster_id="c1", cache="x", mode="async", workers=1, ps=1, run_dir="/r", job=job)
+        return {t.name: task_command(spec, t)[1:] for t in spec.tasks}
+
+    flags = ["--entry-point", "m:f", "--epochs", "3", "--batch-size", "8"]
+    runtime_job = commands({"command": ["python", "-m", "ignite_tf.runtime", *flags], "job_dir": "."})
+    assert runtime_job["chief-0"] == ["-m", "ignite_tf.runtime", *flags]
+    assert runtime_job["worker-0"] == runtime_job["ps-0"] == ["-m", "ignite_tf.runtime", "--serve", *flags]
+    script_job = commands({"command": ["python", "train.py", "--epochs", "3"], "job_dir": "."})
+    assert script_job["chief-0"] == ["train.py", "--epochs", "3"]
+    assert script_job["worker-0"] == script_job["ps-0"] == ["-m", "ignite_tf.runtime", "--serve"]
+    entry = commands({"entry_point": "m:f", "args": ["--epochs", "2"]})
+    assert entry["chief-0"] == ["-m", "ignite_tf.runtime", "--entry-point", "m:f", "--epochs", "2"]
+    assert entry["worker-0"] == ["-m", "ignite_tf.runtime", "--serve", "--epochs", "2"]
 
 
 def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, env):

@@ -93,6 +93,26 @@ def test_sync_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_pat
     assert all(t.host for t in state.tasks)
 
 
+def test_async_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_path, capsys):
+    """`ignite-tf start --launcher kubernetes --mode async` with the runtime as the command: a chief, 1 worker
+    and 1 ps as pods on the real node; the worker gets the command's runtime flags, writes its shard from
+    Ignite into its feed, the chief trains 1 epoch from it, the ps is stopped when the chief ends; the model is
+    published and nothing of the cluster is left."""
+    core, ns = kube
+    cid = f"k8s-async-{uuid.uuid4().hex[:6]}"
+    code = _start(ns, tmp_path, cid, 1, "--mode", "async", "--workers", "1", "--ps", "1")
+    out = capsys.readouterr().out
+    state = make_launcher(ignite_conn).status(cid)
+    assert code == 0 and state.status is Status.SUCCEEDED, out[-3000:]
+    assert sorted(t.name for t in state.tasks) == ["chief-0", "ps-0", "worker-0"]
+    run_dir = Path(state.run_dir)
+    assert "feed: worker 0 epoch 0" in (run_dir / "logs" / "worker-0.log").read_text()
+    assert (run_dir / "logs" / "chief-0.log").stat().st_size > 0
+    assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
+    assert _publish(tmp_path, state)["status"] in ("production", "candidate")
+    assert_nothing_left(core, ns, cid)
+
+
 def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cache, tmp_path, capsys):
     """Real: after epoch 1, worker-1's container process is killed with SIGKILL on the host (exit 137); the
     supervisor restarts the sync cluster as new pods, which resume from the checkpoint in the run folder
@@ -128,16 +148,17 @@ def _task_of(proc) -> tuple | None:
     return env["IGNITE_TF_CLUSTER_ID"], task["type"], task["index"]
 
 
-# mode -> the training's topology and the roles of its pods. A sync run through a DAG is not here yet (its one
-# try here waited on pods whose image tag had changed under it); sync is covered through `ignite-tf start` above.
-TOPOLOGY = {"async": ({"workers": 1, "ps": 1}, ["chief", "ps", "worker"])}
+# mode -> the training's topology and the roles of its pods.
+TOPOLOGY = {"async": ({"workers": 1, "ps": 1}, ["chief", "ps", "worker"]),
+            "sync": ({"workers": 2}, ["worker", "worker"])}
 
 
 @pytest.mark.parametrize("mode", sorted(TOPOLOGY))
 def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
     """A YAML pipeline with `training.launcher: kubernetes` run with dag.test() on Airflow's DB: load, plan,
-    validate, then a chief + 1 worker + 1 ps as pods on the real node (async SGD) training from Ignite,
-    waited for in the trigger, and PublishModelOperator publishing the Kubernetes-trained model."""
+    validate, then the training's pods on the real node (async: a chief + 1 worker + 1 ps; sync: 2 workers)
+    reading from Ignite, waited for in the trigger, and PublishModelOperator publishing the Kubernetes-trained
+    model."""
     import importlib.util
 
     from airflow import settings

@@ -83,17 +83,16 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
           features: list[str] | None = None, shuffle_buffer: int = 10_000, join: bool = True):
     """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
 
-    An async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for ``epochs``
-    epochs, so the chief's dataset graph finds it when the server starts answering. That costs disk
-    (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens.
+    Given ``epochs``, an async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for as
+    many epochs, so the runtime chief's dataset graph finds it when the server starts answering. That costs disk
+    (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens. Without
+    ``epochs`` it is a plain TF server: a user's own chief script brings its own datasets.
     """
     info = task_info()
     if not info.serves:
         raise ConfigError(f"task {info.type}-{info.index} in {info.mode.value} mode trains, it does not serve: "
                           f"only async workers and ps tasks serve")
-    if info.type == "worker":
-        if epochs < 1:
-            raise ConfigError(f"an async worker needs epochs >= 1 to write its feed (got {epochs})")
+    if info.type == "worker" and epochs > 0:
         from ignite_tf.runtime.feed import write_feed
 
         write_feed(epochs, batch_size=batch_size, label=label_column, features=features, worker=info.index,
@@ -322,7 +321,8 @@ def _model_arg(text: str) -> tuple[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ignite_tf.runtime", description=__doc__.splitlines()[0])
     parser.add_argument("--entry-point", help="module:function returning a compiled tf_keras model")
-    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--epochs", type=int,
+                        help="epochs to train; an async worker writes its feed for as many (required to train)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                         help=f"rows per step per worker (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--label-column", "--label", dest="label_column", default=DEFAULT_LABEL_COLUMN,
@@ -351,11 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         info = task_info()
         timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
-            serve(epochs=args.epochs, batch_size=args.batch_size, label_column=args.label_column, features=features,
+            serve(epochs=args.epochs or 0, batch_size=args.batch_size, label_column=args.label_column, features=features,
                   shuffle_buffer=args.shuffle_buffer)
             return 0
         if not args.entry_point:
             raise ConfigError("--entry-point module:function is required for a task that trains")
+        if args.epochs is None:
+            raise ConfigError("--epochs N is required for a task that trains")
         train(args.entry_point, epochs=args.epochs, batch_size=args.batch_size, label_column=args.label_column,
               features=features, learning_rate=args.learning_rate, steps_per_epoch=args.steps_per_epoch,
               checkpoint_every_steps=args.checkpoint_every_steps, shuffle_buffer=args.shuffle_buffer,
