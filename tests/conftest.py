@@ -24,7 +24,6 @@ from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
 from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 from tests.k8sutil import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 
-
 _SESSION_CLUSTER: list[LocalIgniteCluster] = []  # the session cluster, once a test has asked for it
 
 
