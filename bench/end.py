@@ -45,8 +45,9 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
     from ignite_tf.cluster.state import LocalStateStore, Status
 
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
+    # --label (the runtime's alias of --label-column) is the flag older runtimes (--baseline) know too.
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
-           "args": ["--epochs", str(epochs), "--batch-size", str(BATCH), "--label-column", "label",
+           "args": ["--epochs", str(epochs), "--batch-size", str(BATCH), "--label", "label",
                     "--learning-rate", str(LEARNING_RATE)]}
     cluster_id = f"end-bench-{os.getpid()}-{index}"
     state = None
