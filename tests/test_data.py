@@ -162,3 +162,34 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
     ids = [int(i) for features in ds for i in features["id"].numpy()]
     assert sorted(ids) == list(range(500))
+
+
+def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, ignite_client, cache_name):
+    """``read_ahead`` reads the first block in a thread; the ``dataset`` call with the same plan and arguments
+    starts from it and yields exactly what a dataset without it yields, in the same (shuffled) order, for the
+    first pass and the next. A read-ahead no dataset matches (another epoch) is left alone and closed by
+    ``drop_read_ahead``; the dataset of that epoch reads its own rows."""
+    from ignite_tf.reader.ahead import HeadStart
+
+    create_table(ignite_client, cache_name, range(3000), template="ignite_tf_small")
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 2, reshuffle="epoch", seed=5)
+    args = {"label": "label", "stack": True, "worker": 1, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 256,
+            "block_rows": 512}
+
+    def two_passes(ds):
+        return [np.concatenate([lab.numpy() for _, lab in ds]), np.concatenate([f.numpy()[:, 0] for f, _ in ds])]
+
+    plain = two_passes(itd.dataset(64, 0, **args))
+    itd.read_ahead(64, 0, **args)
+    itd.read_ahead(64, 1, **args)
+    assert len(HeadStart._pending) == 2
+    ahead = two_passes(itd.dataset(64, 0, **args))
+    assert len(HeadStart._pending) == 1, "the epoch-0 dataset took its read-ahead, not epoch 1's"
+    for a, b in zip(ahead, plain, strict=True):
+        assert len(a) == plan.shard(1, 0).rows // 64 * 64 and np.array_equal(a, b)
+    epoch2 = two_passes(itd.dataset(64, 2, **args))
+    assert len(HeadStart._pending) == 1
+    expected = {float(k) / 2 for k in keys_of(plan, ignite_conn, 1, epoch=2)}
+    assert set(epoch2[1].tolist()) <= expected and len(epoch2[1]) == plan.shard(1, 2).rows // 64 * 64
+    itd.drop_read_ahead()
+    assert not HeadStart._pending

@@ -43,6 +43,7 @@ import numpy as np
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import ShardPlan, WorkerShard
+from ignite_tf.reader.ahead import HeadStart
 
 ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
@@ -196,22 +197,22 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                               f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
                               f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
                               f"fewer workers, or pass drop_remainder=False")
-    names, label_name, dtypes, layout = cache_columns(plan, conn, label, features, include_key)
-    read_columns = names + ([label_name] if label_name else [])
-
-    key = plan.partition_map.key_column
-    # The reader stacks value columns as it decodes (the key is not one: then stack here).
-    decode_stack = names if stack and key not in names else None
-
+    head = HeadStart.take((id(plan), id(conn), epoch, index, batch_size, label, _frozen(features), stack,
+                            shuffle_buffer, seed, page_size, block_rows, include_key))
+    names, label_name, dtypes, layout = head.columns if head else \
+        cache_columns(plan, conn, label, features, include_key)
+    read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
     passes = itertools.count()  # tf.data calls generate() again for every pass (``.repeat()``, each fit epoch)
 
     def generate():
         from ignite_tf.reader.partition import STACKED
 
-        for block in blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn,
-                            columns=[c for c in read_columns if c != key], shuffle_buffer=shuffle_buffer, seed=seed,
-                            page_size=page_size, stack=decode_stack, block_rows=block_rows, layout=layout,
-                            iteration=next(passes)):
+        iteration = next(passes)
+        stream = head.stream() if head and iteration == 0 else \
+            blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
+                   shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
+                   block_rows=block_rows, layout=layout, iteration=iteration)
+        for block in stream:
             block = {k: _filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]
@@ -237,6 +238,51 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
     ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size, drop_remainder=drop_remainder)
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
+
+
+def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
+               features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
+               conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+               page_size: int = 1024, block_rows: int = BLOCK_ROWS, include_key: bool = False) -> None:
+    """Start reading the first block of ``dataset(...)`` with the same arguments, in a background thread.
+
+    For a process that is about to import TensorFlow: the import keeps one core busy for seconds while the
+    other core and the Ignite nodes wait, and a first block of a small cache can scan every partition, a round
+    trip each. The next ``dataset`` call with the same ``plan`` and ``conn`` objects and the same arguments
+    starts from that block; nothing else is shared. Errors surface in that call, which then reads as usual.
+    Without such a call the reader stays open until ``drop_read_ahead()`` or the process ends.
+    """
+    plan = load_plan(plan, conn=conn)
+    index = worker if worker is not None else worker_index()
+    key = (id(plan), id(conn), epoch, index, batch_size, label, _frozen(features), stack, shuffle_buffer, seed,
+           page_size, block_rows, include_key)
+
+    def first_block(head: HeadStart) -> None:
+        head.columns = names, label_name, _, layout = cache_columns(plan, conn, label, features, include_key)
+        read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
+        head.rest = blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
+                           shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
+                           block_rows=block_rows, layout=layout)
+        head.first = next(head.rest, None)
+
+    HeadStart.start(key, first_block, keep=(plan, conn))
+
+
+def drop_read_ahead() -> None:
+    """Close the readers of ``read_ahead`` calls that no ``dataset`` took."""
+    HeadStart.drop_all()
+
+
+def _frozen(features: list[str] | None) -> tuple | None:
+    return tuple(features) if features is not None else None
+
+
+def _read_columns(plan: ShardPlan, names: list[str], label_name: str | None, stack: bool):
+    """(columns the reader decodes, columns it stacks into one matrix) of a dataset of ``names``."""
+    key = plan.partition_map.key_column
+    read = [c for c in names + ([label_name] if label_name else []) if c != key]
+    # The reader stacks value columns as it decodes (the key is not one: then stack here).
+    return read, (names if stack and key not in names else None)
 
 
 def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:

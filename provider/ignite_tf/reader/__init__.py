@@ -1,1 +1,2 @@
-"""Reading Ignite partitions: the thin-client scan, the binary-object decoder, the table layout."""
+"""Reading Ignite partitions: the thin-client scan, the binary-object decoder, the table layout, a read started
+ahead of time."""

@@ -30,6 +30,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -174,27 +175,30 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
     """
     import ignite_tf.data as itd
-    from ignite_tf.runtime.feed import columns
 
     info = task_info(mode)
     if info.serves:
         raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
     if epochs < 1 or batch_size < 1:
         raise ConfigError(f"epochs and batch_size must be >= 1 (got epochs={epochs}, batch_size={batch_size})")
-    tf = import_tf()
-    import tf_keras
-
-    timeline.mark("tf_imported", show=info.is_chief)
-    fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     plan = itd.load_plan(plan)
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
-    names, label_name, label_dtype = columns(plan, label_column, features)
+    backup_dir = ckpt / RunFolder.BACKUP
+    # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile.
+    with ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare") as pool:
+        prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
+                               backup_dir)
+        tf = import_tf()
+        import tf_keras
+
+        names, label_name, label_dtype = prepared.result()
+    timeline.mark("tf_imported", show=info.is_chief)
+    fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     strat = strategy(info.mode)
     timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
                                                   checkpoint_every_steps)
-    backup_dir = ckpt / RunFolder.BACKUP
     start_epoch, start_step = _resume(backup_dir, steps, step_level, epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
     model = _model(fn, strat, plan, label_name, label_dtype, offered)  # adds n_classes to offered
@@ -207,6 +211,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                  reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
     timeline.mark("fit_end", show=info.is_chief)
     model_info = {
         "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
@@ -218,6 +223,20 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
             "chief": info.is_chief}
+
+
+def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] | None, batch_size: int,
+                   shuffle_buffer: int, backup_dir: Path) -> tuple[list[str], str, Any]:
+    """(feature names, label name, label dtype); a fresh run that reads Ignite itself (not the async chief, which
+    reads the workers' feeds) also starts reading its first block of epoch 0 (``ignite_tf.data.read_ahead``)."""
+    import ignite_tf.data as itd
+    from ignite_tf.runtime.feed import columns
+
+    names, label_name, label_dtype = columns(plan, label_column, features)
+    if not _is_coordinator(info) and not (backup_dir.is_dir() and any(backup_dir.iterdir())):
+        itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
+                       shuffle_buffer=shuffle_buffer)
+    return names, label_name, label_dtype
 
 
 def _is_coordinator(info: TaskInfo) -> bool:
