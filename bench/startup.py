@@ -1,6 +1,7 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
+                                      [--baseline DIR]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -105,22 +106,23 @@ def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tupl
 
 
 # -- 2. launch -> first step --------------------------------------------------------------------------------
-def first_step(conn, workers: int, tmp: Path) -> dict:
-    """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left."""
+def first_step(conn, workers: int, tmp: Path, provider: str | None = None) -> dict:
+    """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
+    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
     from ignite_tf.dev.ignite.cluster import pid_alive
 
-    root = tmp / f"w{workers}"
+    root = tmp / f"w{workers}{'-baseline' if provider else ''}"
     mark = root / "first_step"
     root.mkdir(parents=True, exist_ok=True)
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
     env = {**BENCH_ENV, ENV_MARK: str(mark),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [provider, str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}
     job = {"entry_point": "startup_model:model",
            "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
-    cluster_id = f"startup-bench-{workers}-{os.getpid()}"
+    cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{os.getpid()}"
     state = None
     t0_wall, t0 = time.time(), time.perf_counter()
     try:
@@ -184,7 +186,7 @@ def _reap(pid: int) -> None:
 
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
-        jvm_warmup: int = 25) -> dict:
+        jvm_warmup: int = 25, baseline: str | None = None) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
@@ -211,13 +213,18 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
-            for workers in WORKER_COUNTS if startup else ():
-                # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
-                adjacent = tf_import_s(repeat=1, fill=False)[0]
-                starts.append({**first_step(conn, workers, tmp), "tf_import_adjacent_s": adjacent})
-                s = starts[-1]
-                say(f"{workers} worker(s): first step after {s['first_step_s']:.2f}s (start_cluster returned "
-                    f"after {s['launched_s']:.2f}s, all tasks listening {s['tasks_up_s']}s later)", quiet)
+            for i, workers in enumerate(WORKER_COUNTS if startup else ()):
+                # With a baseline, the two alternate which goes first.
+                pair = [None, baseline] if baseline else [None]
+                for provider in pair if i % 2 == 0 else pair[::-1]:
+                    # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
+                    adjacent = tf_import_s(repeat=1, fill=False)[0]
+                    starts.append({**first_step(conn, workers, tmp, provider), "tf_import_adjacent_s": adjacent,
+                                   "baseline": bool(provider)})
+                    s = starts[-1]
+                    say(f"{workers} worker(s){' (baseline)' if provider else ''}: first step after "
+                        f"{s['first_step_s']:.2f}s (start_cluster returned after {s['launched_s']:.2f}s, all tasks "
+                        f"listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
             if jvm_warmup:
                 spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes])
@@ -231,7 +238,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                 result["_profile"] = profile_data_path(conn)
         finally:
             cluster.down()
-    result["first_step_s"] = {str(s["workers"]): s["first_step_s"] for s in result["_starts"]}
+    result["first_step_s"] = {str(s["workers"]): s["first_step_s"] for s in result["_starts"] if not s["baseline"]}
     result["input_ratio"] = result["steps_s_ignite"] / result["steps_s_memory"]
     result.update({"_rows": rows, "_steps": steps, "_load_after": os.getloadavg()[0]})
     return result
@@ -255,7 +262,7 @@ def table(r: dict) -> str:
             up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
             split = " | ".join(f"{s['split'][n]:.2f}" if n in s.get("split", {}) else "-"
                                for n in (*SPLIT, "first_step"))
-            lines.append(f"| {s['workers']} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
+            lines.append(f"| {s['workers']}{' (baseline)' if s['baseline'] else ''} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
                          f"| {s['first_step_s'] / s['tf_import_adjacent_s']:.2f}x "
                          f"({s['tf_import_adjacent_s']:.1f}s) | {s['first_step_s'] / r['tf_import_cold_s']:.2f}x | {s['launched_s']:.2f} | {up} | {split} |")
         lines += [
@@ -329,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm-warmup", type=int, default=25, metavar="N",
                         help="untimed reads of the cache before the step rates, so the Ignite JVMs are "
                              "past JIT compilation as in service (default 25; 0: none)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also start each cluster with its tasks importing the ignite_tf under DIR (e.g. an "
+                             "older commit's provider/), alternating with this one's, for before/after in one run")
     args = parser.parse_args(argv)
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
@@ -338,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
-                 startup=not args.input_only, jvm_warmup=args.jvm_warmup)
+                 startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
