@@ -185,7 +185,11 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     backup_dir = ckpt / RunFolder.BACKUP
-    # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile.
+    # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
+    # by modules imported first, so the two threads never import side by side.
+    import ignite_tf.reader.partition  # noqa: F401
+    import ignite_tf.runtime.feed  # noqa: F401
+
     with ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare") as pool:
         prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
                                backup_dir)
