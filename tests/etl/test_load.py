@@ -153,6 +153,23 @@ def test_rerun_is_idempotent(ignite_conn, ignite_client, cache_name):
     assert all(r[0] >= 0 for r in before)
 
 
+def test_wide_rows_are_written_in_requests_within_the_byte_cap(ignite_conn, ignite_client, cache_name):
+    """600 rows of 800 float columns (about 2.4 MB) with batch_size 10,000: written in several put-all requests
+    of at most MAX_REQUEST_BYTES each, every row arriving whole."""
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame(rng.random((600, 800), dtype=np.float32), columns=[f"p{i}" for i in range(800)])
+    frame.insert(0, "id", np.arange(600, dtype=np.int64))
+    sizes = []
+    real = etl._put_all
+    with pytest.MonkeyPatch.context() as mp:  # the real write, with its request sizes noted
+        mp.setattr(etl, "_put_all", lambda client, cid, payload: (sizes.append(len(payload)), real(client, cid, payload)))
+        report = load(ignite_conn, cache_name, frame, key="id", batch_size=10_000)
+    assert report.rows_written == report.rows_in_cache == 600
+    assert report.batches_written == len(sizes) >= 2 and max(sizes) <= etl.MAX_REQUEST_BYTES
+    (row,) = sql(ignite_client, f"SELECT P0, P799 FROM {cache_name} WHERE ID = 599")
+    assert list(row) == pytest.approx([frame.p0[599], frame.p799[599]])
+
+
 def test_identical_rows_collapse_into_one_key(ignite_conn, ignite_client, cache_name):
     df = pd.DataFrame({"a": [1.0, 2.0, 1.0, 1.0, -0.0, 0.0], "b": ["x", "y", "x", "x", "z", "z"]})
     report = load(ignite_conn, cache_name, df)

@@ -46,6 +46,7 @@ __all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "in
 
 _JAVA_TO_TYPE = {BY_CODE[code].java: ctype for ctype, code in COLUMN_CODES.items()}
 _OP_CACHE_PUT_ALL = 1004
+MAX_REQUEST_BYTES = 2 << 20  # one put-all request at most (about 2,000 rows of 256 float columns)
 
 
 @dataclass
@@ -137,6 +138,20 @@ def _put_all(client, cache_id: int, payload: bytes) -> None:
         raise CacheError(result.message)
 
 
+def _rows_per_request(keys: np.ndarray, cols: list[EncodedColumn], batch_size: int, type_id: int,
+                      s_id: int) -> int:
+    """``batch_size``, fewer for wide rows: a request stays within ``MAX_REQUEST_BYTES``.
+
+    3,000 rows of 784 float columns made one 12 MB put-all, which the nodes (and their backup messages to
+    each other) could not finish within the client's timeout on a busy machine; retries only sent it again.
+    """
+    probe = min(len(keys), 64)
+    if not probe:
+        return batch_size
+    row_bytes = len(encode_rows(keys, cols, 0, probe, type_id, s_id)) / probe
+    return max(1, min(batch_size, int(MAX_REQUEST_BYTES // row_bytes)))
+
+
 def _retry(fn, attempts: int = 4):
     """``fn()``, again after a lost connection (pyignite then picks another node). Each step is idempotent."""
     from pyignite.exceptions import CacheError, ReconnectError
@@ -168,7 +183,8 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     :param key: an integer column becomes the ``BIGINT PRIMARY KEY``; any other column is hashed into
         ``ROW_KEY`` (see ``hash_keys``). None: ``ROW_KEY`` is a hash of the whole row, so identical rows
         collapse into one entry (counted in ``duplicates_collapsed``).
-    :param batch_size: rows per ``OP_CACHE_PUT_ALL`` request.
+    :param batch_size: rows per ``OP_CACHE_PUT_ALL`` request; fewer when that many rows would pass
+        ``MAX_REQUEST_BYTES`` (wide rows).
     :param backups: backup copies of each partition, for a table that does not exist yet.
     :param template: Ignite cache template of a new table (``partitioned``, or one in the node config).
     :param client: a connected pyignite ``Client`` to use instead of opening one from ``conn``.
@@ -261,8 +277,9 @@ def _write(client, conn, report: LoadReport, cols: list[EncodedColumn], keys: np
                         f"{exc.__class__.__name__}: {exc}") from None
 
     type_id, s_id, c_id = entity_id(value_type), schema_id(fields), cache_id(cache)
-    for lo in range(0, len(keys), batch_size):
-        hi = min(lo + batch_size, len(keys))
+    step = _rows_per_request(keys, cols, batch_size, type_id, s_id)
+    for lo in range(0, len(keys), step):
+        hi = min(lo + step, len(keys))
         payload = encode_rows(keys, cols, lo, hi, type_id, s_id)
         try:
             _retry(lambda: _put_all(client, c_id, payload))  # noqa: B023 - called right here
