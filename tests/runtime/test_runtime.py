@@ -444,3 +444,19 @@ def test_restarted_cluster_resumes_from_backup(tabular, ignite_conn, tmp_path):
     assert [m["epoch"] for m in second] == list(range(resumed_at, 7))
     assert f"resuming at epoch {resumed_at} step 0" in chief_log
     assert second[-1]["loss"] < 0.3
+
+
+def test_reading_ahead_only_with_a_core_beside_the_local_tasks(monkeypatch):
+    """A task reads its first block during TensorFlow's import only when this machine has at least as many
+    cores as TF tasks of the cluster on its host (pods on other hosts do not count)."""
+    from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.task import TaskInfo
+    from ignite_tf.runtime.train import _spare_core
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    local = {"worker": [f"127.0.0.1:{p}" for p in (1, 2, 3)]}
+    assert not _spare_core(TaskInfo("worker", 1, Mode.SYNC, local))
+    assert _spare_core(TaskInfo("worker", 0, Mode.SYNC, {"worker": local["worker"][:2]}))
+    pods = {"chief": ["c-0.svc:2222"], "worker": ["w-0.svc:2222", "w-1.svc:2222"], "ps": ["p-0.svc:2222"]}
+    assert _spare_core(TaskInfo("worker", 1, Mode.ASYNC, pods))
+    assert _spare_core(TaskInfo(None, 0, Mode.SYNC, {}))

@@ -232,15 +232,29 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
 def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] | None, batch_size: int,
                    shuffle_buffer: int, backup_dir: Path) -> tuple[list[str], str, Any]:
     """(feature names, label name, label dtype); a fresh run that reads Ignite itself (not the async chief, which
-    reads the workers' feeds) also starts reading its first block of epoch 0 (``ignite_tf.data.read_ahead``)."""
+    reads the workers' feeds) also starts reading its first block of epoch 0 (``ignite_tf.data.read_ahead``)
+    when the machine has a core to spare."""
     import ignite_tf.data as itd
     from ignite_tf.runtime.feed import columns
 
     names, label_name, label_dtype = columns(plan, label_column, features)
-    if not _is_coordinator(info) and not (backup_dir.is_dir() and any(backup_dir.iterdir())):
+    fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
+    if fresh and not _is_coordinator(info) and _spare_core(info):
         itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
                        shuffle_buffer=shuffle_buffer)
     return names, label_name, label_dtype
+
+
+def _spare_core(info: TaskInfo) -> bool:
+    """Whether this machine has a core beside its TensorFlow tasks' imports: reading ahead needs one.
+
+    Measured with ``bench/startup.py --baseline``: with 1 or 2 local tasks on 2 cores, reading ahead took
+    0.3-0.4 s off the first step; with 3, their imports took up to 1 s longer, more than it saved.
+    """
+    me = info.cluster.get(info.type or "", [])[info.index:info.index + 1] if info.type else []
+    host = me[0].rsplit(":", 1)[0] if me else None
+    here = sum(1 for tasks in info.cluster.values() for address in tasks if address.rsplit(":", 1)[0] == host)
+    return max(1, here) <= len(os.sched_getaffinity(0))
 
 
 def _is_coordinator(info: TaskInfo) -> bool:
