@@ -197,8 +197,8 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                               f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
                               f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
                               f"fewer workers, or pass drop_remainder=False")
-    head = HeadStart.take((id(plan), id(conn), epoch, index, batch_size, label, _frozen(features), stack,
-                            shuffle_buffer, seed, page_size, block_rows, include_key))
+    head = HeadStart.take(_ahead_key(plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer,
+                                     seed, page_size, block_rows, include_key))
     names, label_name, dtypes, layout = head.columns if head else \
         cache_columns(plan, conn, label, features, include_key)
     read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
@@ -254,8 +254,8 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
     """
     plan = load_plan(plan, conn=conn)
     index = worker if worker is not None else worker_index()
-    key = (id(plan), id(conn), epoch, index, batch_size, label, _frozen(features), stack, shuffle_buffer, seed,
-           page_size, block_rows, include_key)
+    key = _ahead_key(plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer, seed, page_size,
+                     block_rows, include_key)
 
     def first_block(head: HeadStart) -> None:
         head.columns = names, label_name, _, layout = cache_columns(plan, conn, label, features, include_key)
@@ -273,8 +273,10 @@ def drop_read_ahead() -> None:
     HeadStart.drop_all()
 
 
-def _frozen(features: list[str] | None) -> tuple | None:
-    return tuple(features) if features is not None else None
+def _ahead_key(plan, conn, epoch, index, batch_size, label, features, *rest) -> tuple:
+    """What a ``dataset`` call must share with a ``read_ahead`` to start from its block (plan, conn: the objects)."""
+    return (id(plan), id(conn), epoch, index, batch_size, label, tuple(features) if features is not None else None,
+            *rest)
 
 
 def _read_columns(plan: ShardPlan, names: list[str], label_name: str | None, stack: bool):
