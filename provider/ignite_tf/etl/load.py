@@ -46,7 +46,7 @@ __all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "in
 
 _JAVA_TO_TYPE = {BY_CODE[code].java: ctype for ctype, code in COLUMN_CODES.items()}
 _OP_CACHE_PUT_ALL = 1004
-MAX_REQUEST_BYTES = 2 << 20  # one put-all request at most (about 2,000 rows of 256 float columns)
+MAX_REQUEST_BYTES = 2 << 20  # one put-all request at most (about 500 rows of 784 float columns)
 
 
 @dataclass
