@@ -93,10 +93,19 @@ def test_cluster_page_after_a_run_in_a_browser(trained, tmp_path):
         assert SECRET not in driver.page_source
         driver.save_screenshot(str(tmp_path / "ignite-tf-page.png"))
         # The navigation entry (Browse > TensorFlow clusters) opens the same page inside Airflow's UI.
-        driver.get(f"{svc.base}/")
-        click(driver, "//button[normalize-space()='Browse']", "the Browse menu")
-        click(driver, "//*[normalize-space()='TensorFlow clusters']", "the TensorFlow clusters entry")
-        wait_for(lambda: driver.current_url.endswith("/plugin/ignite-tf"), what="the plugin's route", driver=driver)
+        # A click while the menu is still opening can land on nothing: open it and click again, from the home
+        # page, until the route changes (once, in a clean-clone run, a single try never got there).
+        def through_the_menu() -> bool:
+            driver.get(f"{svc.base}/")
+            click(driver, "//button[normalize-space()='Browse']", "the Browse menu")
+            # The innermost element with that text: the last in document order.
+            click(driver, "(//*[normalize-space()='TensorFlow clusters'])[last()]", "the TensorFlow clusters entry")
+            try:
+                return bool(wait_for(lambda: driver.current_url.endswith("/plugin/ignite-tf"), 15, "the route"))
+            except AssertionError:
+                return False
+
+        wait_for(through_the_menu, 120, "the plugin's route after Browse > TensorFlow clusters", driver=driver)
         frame = wait_for(lambda: driver.find_elements("css selector", "iframe"), what="the plugin's iframe",
                          driver=driver)[0]
         assert frame.get_attribute("src").endswith("/ignite-tf/")
