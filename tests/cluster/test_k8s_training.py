@@ -123,9 +123,10 @@ def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cac
     import threading
 
     result = {}
-    runner = threading.Thread(target=lambda: result.setdefault("code", _start(ns, tmp_path, cid, 3)), daemon=True)
+    # 20 short epochs (0.3-1.4 s each here): with 3, the training once ended before the kill could land.
+    runner = threading.Thread(target=lambda: result.setdefault("code", _start(ns, tmp_path, cid, 20)), daemon=True)
     runner.start()
-    wait_for(lambda: launcher.find(cid) and len(launcher.store.epochs(cid)) >= 1, 900, "the first epoch", poll=2)
+    wait_for(lambda: launcher.find(cid) and len(launcher.store.epochs(cid)) >= 1, 900, "the first epoch", poll=0.2)
     victims = [p for p in psutil.process_iter(["pid"]) if _task_of(p) == (cid, "worker", 1)]
     assert victims, "worker-1's process not found on the host"
     os.kill(victims[0].pid, signal.SIGKILL)
