@@ -116,19 +116,20 @@ def _spawn(layout: Layout, name: str, cmd: list[str]) -> int:
 
 def _wait(layout: Layout, name: str, check, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
+    last = "none"
     while True:
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
+        except Exception as e:  # noqa: BLE001 - not up yet; the last error is reported if it never is
+            last = f"{type(e).__name__}: {str(e)[:500]}"
         pid = layout.pid_of(name)
         if pid and not pid_alive(pid):
             raise IgniteTFError(f"{name} exited during start-up; log {layout.logs / name}.log:\n"
                                 f"{host.tail(layout.logs / f'{name}.log')}")
         if time.monotonic() > deadline:
-            raise IgniteTFError(f"{what} not reached in {timeout:.0f}s; log {layout.logs / name}.log:\n"
-                                f"{host.tail(layout.logs / f'{name}.log')}")
+            raise IgniteTFError(f"{what} not reached in {timeout:.0f}s (last error: {last}); "
+                                f"log {layout.logs / name}.log:\n{host.tail(layout.logs / f'{name}.log')}")
         time.sleep(0.2)
 
 
@@ -240,12 +241,21 @@ def _start_simulated_nodes(layout: Layout, n: int) -> None:
     _spawn(layout, "kwok", [str(layout.bin / "kwok"), f"--kubeconfig={layout.pki}/kwok.kubeconfig",
                             f"--config={_kwok_config(layout)}"])
     core = client.CoreV1Api(api_client(layout))
+
+    def create(name: str) -> bool:
+        try:
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {NODE_KIND_LABEL: "simulated", HOST_LABEL: name, "kubernetes.io/hostname": name,
+                           "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}}})
+        except client.ApiException as e:
+            if e.status != 409:  # an earlier try that timed out on the client may have created it
+                raise
+        return True
+
     for i in range(n):
-        name = f"sim-{i}"
-        core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {NODE_KIND_LABEL: "simulated", HOST_LABEL: name, "kubernetes.io/hostname": name,
-                       "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}}})
+        # retried: a CI run once had this create answered with an error right after /readyz
+        _wait(layout, "kube-apiserver", lambda: create(f"sim-{i}"), 60, f"simulated node sim-{i} created")
 
 
 def _ready_nodes(layout: Layout) -> list[str]:
