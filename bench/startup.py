@@ -1,7 +1,7 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
-                                      [--baseline DIR]
+                                      [--baseline DIR] [--read-ahead MODES]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -20,6 +20,10 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   start (discovery, plan, supervisor, Python), TF imported, strategy ready (TF_CONFIG, gRPC
                   servers, every worker joined), fit started (plan, columns, model, dataset) and the first
                   step (tracing, the first read, the step);
+  bare_first_step_s  the same for a bare TensorFlow program (``bench/startup_bare.py``: the same model under
+                  MultiWorkerMirroredStrategy, its rows in memory, no Ignite and no supervisor) launched as
+                  as many local processes beside each cluster: first_step_s / bare_first_step_s is what
+                  ignite-tf adds to a TensorFlow program's start;
   steps_s_ignite  steps/s of ``tabular_classifier`` trained in THIS process (no cluster) on batches of 256
                   from ``ignite_tf.data.dataset(..., stack=True, cache=...)`` (one worker, whole cache);
   steps_s_memory  the same model, steps and batch size on the same rows from a NumPy array through
@@ -106,23 +110,25 @@ def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tupl
 
 
 # -- 2. launch -> first step --------------------------------------------------------------------------------
-def first_step(conn, workers: int, tmp: Path, provider: str | None = None) -> dict:
+def first_step(conn, workers: int, tmp: Path, provider: str | None = None, read_ahead: str | None = None) -> dict:
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
-    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``)."""
+    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``); ``read_ahead``: their
+    ``IGNITE_TF_READ_AHEAD`` (``--read-ahead``)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
     from ignite_tf.dev.ignite.cluster import pid_alive
 
-    root = tmp / f"w{workers}{'-baseline' if provider else ''}"
+    root = tmp / f"w{workers}{'-baseline' if provider else ''}-{read_ahead or 'auto'}"
     mark = root / "first_step"
     root.mkdir(parents=True, exist_ok=True)
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
     env = {**BENCH_ENV, ENV_MARK: str(mark),
-           "PYTHONPATH": os.pathsep.join(filter(None, [provider, str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [provider, str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
+           **({"IGNITE_TF_READ_AHEAD": read_ahead} if read_ahead else {})}
     job = {"entry_point": "startup_model:model",
            "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
-    cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{os.getpid()}"
+    cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{read_ahead or 'auto'}-{os.getpid()}"
     state = None
     t0_wall, t0 = time.time(), time.perf_counter()
     try:
@@ -169,6 +175,45 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None) -> di
             "checked_pids": len(pids), "split": split}
 
 
+def bare_first_step(workers: int, tmp: Path) -> dict:
+    """Launch ``bench/startup_bare.py`` (bare TensorFlow, MWMS, data in memory) as ``workers`` local processes
+    and time launch -> the end of worker 0's first batch; every process is waited for, or killed."""
+    import socket
+
+    from ignite_tf.cluster.bytecode import with_bytecode_cache
+    from ignite_tf.demo_data import N_CLASSES
+
+    mark = tmp / f"bare-{workers}-{time.monotonic_ns()}"
+    ports = []
+    for _ in range(workers):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    env = with_bytecode_cache({**os.environ, **BENCH_ENV})
+    t0_wall = time.time()
+    procs = [subprocess.Popen(
+        [sys.executable, str(BENCH_DIR / "startup_bare.py"), str(STARTUP_ROWS), str(N_CLASSES), str(mark)],
+        env={**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    try:
+        deadline = time.monotonic() + FIRST_STEP_TIMEOUT_S
+        while not (mark.exists() and mark.read_text().strip()):
+            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+                raise RuntimeError(f"bare TensorFlow program, {workers} worker(s): no first step; worker 0 said:\n"
+                                   f"{procs[0].communicate(timeout=5)[1][-3000:] if procs[0].poll() is not None else ''}")
+            time.sleep(0.02)
+        first_s = float(mark.read_text()) - t0_wall
+        for p in procs:
+            p.communicate(timeout=FIRST_STEP_TIMEOUT_S)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return {"workers": workers, "first_step_s": first_s}
+
+
 def _reap(pid: int) -> None:
     # The supervisor is our child (detached session, but still our child): reap it so no zombie remains.
     if not pid:
@@ -186,7 +231,7 @@ def _reap(pid: int) -> None:
 
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
-        jvm_warmup: int = 25, baseline: str | None = None) -> dict:
+        jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",)) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
@@ -214,15 +259,22 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
             for i, workers in enumerate(WORKER_COUNTS if startup else ()):
-                # With a baseline, the two alternate which goes first.
-                pair = [None, baseline] if baseline else [None]
-                for provider in pair if i % 2 == 0 else pair[::-1]:
+                # Each read-ahead mode, and the baseline, alternating which goes first.
+                variants = [(None, mode) for mode in read_ahead] + ([(baseline, None)] if baseline else [])
+                for provider, mode in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
                     adjacent = tf_import_s(repeat=1, fill=False)[0]
-                    starts.append({**first_step(conn, workers, tmp, provider), "tf_import_adjacent_s": adjacent,
-                                   "baseline": bool(provider)})
+                    # The bare TensorFlow program beside it, alternately before and after.
+                    bare_first = len(starts) % 2 == 0
+                    bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
+                    start = first_step(conn, workers, tmp, provider, mode)
+                    if bare is None:
+                        bare = bare_first_step(workers, tmp)["first_step_s"]
+                    starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
+                                   "read_ahead": mode,
+                                   "bare_s": bare})
                     s = starts[-1]
-                    say(f"{workers} worker(s){' (baseline)' if provider else ''}: first step after "
+                    say(f"{workers} worker(s){_variant(starts[-1])}: first step after "
                         f"{s['first_step_s']:.2f}s (start_cluster returned after {s['launched_s']:.2f}s, all tasks "
                         f"listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
@@ -238,10 +290,24 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                 result["_profile"] = profile_data_path(conn)
         finally:
             cluster.down()
-    result["first_step_s"] = {str(s["workers"]): s["first_step_s"] for s in result["_starts"] if not s["baseline"]}
+    ours = [s for s in result["_starts"] if not s["baseline"]]
+    result["first_step_s"] = {_key(s): s["first_step_s"] for s in ours}
+    result["bare_first_step_s"] = {_key(s): s["bare_s"] for s in ours}
     result["input_ratio"] = result["steps_s_ignite"] / result["steps_s_memory"]
     result.update({"_rows": rows, "_steps": steps, "_load_after": os.getloadavg()[0]})
     return result
+
+
+def _key(start: dict) -> str:
+    """``"2"``, or ``"2-off"`` for a read-ahead mode other than the default."""
+    mode = start.get("read_ahead")
+    return f"{start['workers']}" + (f"-{mode}" if mode not in (None, "auto") else "")
+
+
+def _variant(start: dict) -> str:
+    if start["baseline"]:
+        return " (baseline)"
+    return f" (read-ahead {start['read_ahead']})" if start.get("read_ahead") not in (None, "auto") else ""
 
 
 def table(r: dict) -> str:
@@ -254,22 +320,25 @@ def table(r: dict) -> str:
             "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
             f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
             "| sync workers | first step (s) | / tf_import_s | / import just before | / tf_import_cold_s "
-            "| start_cluster returned (s) | all tasks listening (s) | "
+            "| bare TF program (s) | / bare TF program | start_cluster returned (s) | all tasks listening (s) | "
             + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " |",
-            "|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
         ]
         for s in r["_starts"]:
             up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
             split = " | ".join(f"{s['split'][n]:.2f}" if n in s.get("split", {}) else "-"
                                for n in (*SPLIT, "first_step"))
-            lines.append(f"| {s['workers']}{' (baseline)' if s['baseline'] else ''} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
+            lines.append(f"| {s['workers']}{_variant(s)} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
                          f"| {s['first_step_s'] / s['tf_import_adjacent_s']:.2f}x "
-                         f"({s['tf_import_adjacent_s']:.1f}s) | {s['first_step_s'] / r['tf_import_cold_s']:.2f}x | {s['launched_s']:.2f} | {up} | {split} |")
+                         f"({s['tf_import_adjacent_s']:.1f}s) | {s['first_step_s'] / r['tf_import_cold_s']:.2f}x "
+                         f"| {s['bare_s']:.2f} | {s['first_step_s'] / s['bare_s']:.2f}x | {s['launched_s']:.2f} | {up} | {split} |")
         lines += [
             "",
             "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw "
             "every task's TF server port answer; 'import just before' divides by one bare import (bytecode cache) "
-            "timed right before that cluster; the '-> name' columns are the seconds from the moment before "
+            "timed right before that cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
+            "local processes (the same model under MultiWorkerMirroredStrategy, its rows in memory: no Ignite, "
+            "no supervisor), launch to its first step, timed alternately before and after that cluster; the '-> name' columns are the seconds from the moment before "
             "to the chief's timeline mark (runtime_started: launch, supervisor, Python; tf_imported; "
             "strategy_ready: TF_CONFIG, gRPC, all workers joined; fit_start: plan, columns, model, dataset; "
             "first_step: tracing, first read, the step).",
@@ -336,10 +405,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm-warmup", type=int, default=25, metavar="N",
                         help="untimed reads of the cache before the step rates, so the Ignite JVMs are "
                              "past JIT compilation as in service (default 25; 0: none)")
+    parser.add_argument("--read-ahead", default="auto", metavar="MODES",
+                        help="IGNITE_TF_READ_AHEAD of the tasks, comma-separated: one cluster per mode and worker "
+                             "count, alternating which goes first (default auto; e.g. off,process,thread)")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also start each cluster with its tasks importing the ignite_tf under DIR (e.g. an "
                              "older commit's provider/), alternating with this one's, for before/after in one run")
     args = parser.parse_args(argv)
+    from ignite_tf.runtime.train import READ_AHEAD_MODES
+
+    bad = [m for m in args.read_ahead.split(",") if m.strip() and m.strip() not in READ_AHEAD_MODES]
+    if bad:
+        parser.error(f"--read-ahead {bad}: the modes are {', '.join(READ_AHEAD_MODES)}")
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
         parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
@@ -348,11 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
-                 startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline)
+                 startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline,
+                 read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()))
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
-            keys = ("tf_import_s", "tf_import_cold_s", "first_step_s", *keys)
+            keys = ("tf_import_s", "tf_import_cold_s", "first_step_s", "bare_first_step_s", *keys)
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print(table(result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import numpy as np
@@ -164,11 +165,30 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     assert sorted(ids) == list(range(500))
 
 
-def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, ignite_client, cache_name):
-    """``read_ahead`` reads the first block in a thread; the ``dataset`` call with the same plan and arguments
-    starts from it and yields exactly what a dataset without it yields, in the same (shuffled) order, for the
-    first pass and the next. A read-ahead no dataset matches (another epoch) is left alone and closed by
-    ``drop_read_ahead``; the dataset of that epoch reads its own rows."""
+def _read_ahead_children() -> list[int]:
+    """This process's read-ahead children, with those that ended and are not reaped yet (zombies)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if "ignite_tf.reader.ahead" in " ".join(child.cmdline()):
+                found.append(child.pid)
+        except psutil.ZombieProcess:
+            if child.name().startswith("python"):
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, ignite_client, cache_name, process):
+    """``read_ahead`` reads the first block in a thread (or a child process, which then reads the whole first
+    pass); the ``dataset`` call with the same plan and arguments starts from it and yields exactly what a
+    dataset without it yields, in the same (shuffled) order, for the first pass and the next. A read-ahead no
+    dataset matches (another epoch) is left alone and closed by ``drop_read_ahead``; the dataset of that epoch
+    reads its own rows. No child process is left."""
     from ignite_tf.reader.ahead import HeadStart
 
     create_table(ignite_client, cache_name, range(3000), template="ignite_tf_small")
@@ -180,11 +200,17 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
         return [np.concatenate([lab.numpy() for _, lab in ds]), np.concatenate([f.numpy()[:, 0] for f, _ in ds])]
 
     plain = two_passes(itd.dataset(64, 0, **args))
-    itd.read_ahead(64, 0, **args)
-    itd.read_ahead(64, 1, **args)
+    itd.read_ahead(64, 0, process=process, **args)
+    itd.read_ahead(64, 1, process=process, **args)
     assert len(HeadStart._pending) == 2
+    if process:
+        for head in HeadStart._pending.values():
+            head.thread.join()  # the child is started in the thread
+        assert len(_read_ahead_children()) == 2
     ahead = two_passes(itd.dataset(64, 0, **args))
     assert len(HeadStart._pending) == 1, "the epoch-0 dataset took its read-ahead, not epoch 1's"
+    if process:
+        assert len(_read_ahead_children()) == 1, "the child of the pass that was read to its end has ended"
     for a, b in zip(ahead, plain, strict=True):
         assert len(a) == plan.shard(1, 0).rows // 64 * 64 and np.array_equal(a, b)
     epoch2 = two_passes(itd.dataset(64, 2, **args))
@@ -193,3 +219,40 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
     assert set(epoch2[1].tolist()) <= expected and len(epoch2[1]) == plan.shard(1, 2).rows // 64 * 64
     itd.drop_read_ahead()
     assert not HeadStart._pending
+    assert not _read_ahead_children()
+
+
+def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_read_again(ignite_conn, cache_name):
+    """A read-ahead child killed in the middle of the first pass: the dataset yields what came before and then
+    fails with an error that says so (no rows are silently missing). A child whose request fails (a label the
+    cache does not have) leaves the dataset to read, and fail, as it would without a read-ahead."""
+    import signal
+
+    import tensorflow as tf
+
+    from ignite_tf import demo_data
+    from ignite_tf.errors import ConfigError
+    from ignite_tf.etl.load import load
+    from ignite_tf.reader.ahead import HeadStart
+
+    load(ignite_conn, cache_name, demo_data.tabular(20_000), key="id")
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 1, reshuffle="none")
+    # Blocks of 512 rows of 17 columns: a few fill the pipe, so the child is still reading when it is killed.
+    args = {"label": "label", "stack": True, "worker": 0, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 0,
+            "block_rows": 512}
+    itd.read_ahead(64, 0, process=True, **args)
+    head = next(iter(HeadStart._pending.values()))
+    head.thread.join()
+    assert head.proc.poll() is None, "the child waits on a full pipe"
+    os.kill(head.proc.pid, signal.SIGKILL)
+    seen = 0
+    with pytest.raises(tf.errors.OpError, match="read-ahead process ended before its last block"):
+        for _, lab in itd.dataset(64, 0, **args):
+            seen += len(lab)
+    assert 0 < seen < 20_000
+    assert not _read_ahead_children()
+
+    itd.read_ahead(64, 0, process=True, **{**args, "label": "no_such_column"})
+    with pytest.raises(ConfigError, match="no_such_column"):
+        itd.dataset(64, 0, **{**args, "label": "no_such_column"})
+    assert not HeadStart._pending and not _read_ahead_children()

@@ -243,7 +243,8 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
-               page_size: int = 1024, block_rows: int = BLOCK_ROWS, include_key: bool = False) -> None:
+               page_size: int = 1024, block_rows: int = BLOCK_ROWS, include_key: bool = False,
+               process: bool = False) -> None:
     """Start reading the first block of ``dataset(...)`` with the same arguments, in a background thread.
 
     For a process that is about to import TensorFlow: the import keeps one core busy for seconds while the
@@ -251,21 +252,38 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
     trip each. The next ``dataset`` call with the same ``plan`` and ``conn`` objects and the same arguments
     starts from that block; nothing else is shared. Errors surface in that call, which then reads as usual.
     Without such a call the reader stays open until ``drop_read_ahead()`` or the process ends.
+
+    :param process: read in a child Python process instead (``ignite_tf.reader.ahead``), which then reads the
+        dataset's whole first pass and hands it over block by block: decoding there competes neither for
+        this process's GIL nor with the import. The child ends with the pass, when the dataset is deleted,
+        on ``drop_read_ahead()``, or at its next block once this process is gone.
     """
     plan = load_plan(plan, conn=conn)
     index = worker if worker is not None else worker_index()
     key = _ahead_key(plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer, seed, page_size,
                      block_rows, include_key)
+    args = (plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer, seed, page_size,
+            block_rows, include_key)
+    if process:
+        HeadStart.start_process(key, f"{__name__}:first_pass", args, keep=(plan, conn))
+        return
 
     def first_block(head: HeadStart) -> None:
-        head.columns = names, label_name, _, layout = cache_columns(plan, conn, label, features, include_key)
-        read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
-        head.rest = blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
-                           shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
-                           block_rows=block_rows, layout=layout)
+        head.columns, head.rest = first_pass(*args)
         head.first = next(head.rest, None)
 
     HeadStart.start(key, first_block, keep=(plan, conn))
+
+
+def first_pass(plan: ShardPlan, conn, epoch: int, index: int, batch_size: int, label: str | None,
+               features: list[str] | None, stack: bool, shuffle_buffer: int, seed: int | None, page_size: int,
+               block_rows: int, include_key: bool) -> tuple[tuple, Iterator[dict[str, np.ndarray]]]:
+    """(``cache_columns``, the block stream) of ``dataset(...)``'s first pass: what a read-ahead reads."""
+    columns = names, label_name, _, layout = cache_columns(plan, conn, label, features, include_key)
+    read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
+    return columns, blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
+                           shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
+                           block_rows=block_rows, layout=layout)
 
 
 def drop_read_ahead() -> None:
@@ -318,7 +336,9 @@ def cache_columns(plan: ShardPlan, conn, label: str | None, features: list[str] 
     from ignite_tf.reader.layout import feature_columns
     from ignite_tf.reader.partition import PartitionReader
 
-    with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1) as probe:
+    # The plan's routes: else the probe asks the cluster where each partition lives (0.14 s for 1,024).
+    with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1,
+                         primaries=plan.partition_map.primary_addresses()) as probe:
         dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
     label_name = label.lower() if label else None
     if label_name and label_name not in dtypes:

@@ -446,17 +446,27 @@ def test_restarted_cluster_resumes_from_backup(tabular, ignite_conn, tmp_path):
     assert second[-1]["loss"] < 0.3
 
 
-def test_reading_ahead_only_with_a_core_beside_the_local_tasks(monkeypatch):
-    """A task reads its first block during TensorFlow's import only when this machine has at least as many
-    cores as TF tasks of the cluster on its host (pods on other hosts do not count)."""
+def test_reading_ahead_only_with_two_cores_for_each_local_task(monkeypatch):
+    """By default a task reads its first block during TensorFlow's import only when its host has two cores
+    for each TF task of the cluster there (pods on other hosts do not count); IGNITE_TF_READ_AHEAD chooses
+    otherwise, and a value it does not know is an error naming it."""
     from ignite_tf.cluster.spec import Mode
     from ignite_tf.runtime.task import TaskInfo
-    from ignite_tf.runtime.train import _spare_core
+    from ignite_tf.runtime.train import _spare_cores, read_ahead_mode
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     local = {"worker": [f"127.0.0.1:{p}" for p in (1, 2, 3)]}
-    assert not _spare_core(TaskInfo("worker", 1, Mode.SYNC, local))
-    assert _spare_core(TaskInfo("worker", 0, Mode.SYNC, {"worker": local["worker"][:2]}))
+    assert not _spare_cores(TaskInfo("worker", 1, Mode.SYNC, local))
+    assert _spare_cores(TaskInfo("worker", 0, Mode.SYNC, {"worker": local["worker"][:2]}))
     pods = {"chief": ["c-0.svc:2222"], "worker": ["w-0.svc:2222", "w-1.svc:2222"], "ps": ["p-0.svc:2222"]}
-    assert _spare_core(TaskInfo("worker", 1, Mode.ASYNC, pods))
-    assert _spare_core(TaskInfo(None, 0, Mode.SYNC, {}))
+    assert _spare_cores(TaskInfo("worker", 1, Mode.ASYNC, pods))
+    assert _spare_cores(TaskInfo(None, 0, Mode.SYNC, {}))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert not _spare_cores(TaskInfo(None, 0, Mode.SYNC, {}))
+    monkeypatch.delenv("IGNITE_TF_READ_AHEAD", raising=False)
+    assert read_ahead_mode() == "auto"
+    monkeypatch.setenv("IGNITE_TF_READ_AHEAD", " Off ")
+    assert read_ahead_mode() == "off"
+    monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "sometimes")
+    with pytest.raises(ConfigError, match="IGNITE_TF_READ_AHEAD='sometimes': use one of auto, process"):
+        read_ahead_mode()

@@ -12,8 +12,8 @@ Failover, and why every key comes out exactly once: when a node fails (refused, 
 scan errors, the partition's scan restarts from the beginning on the next node (primary, backups, then
 any live node) and every key already yielded for that partition is dropped from the restarted scan.
 So the reader remembers the keys of the partition in flight (8 bytes a row of that one partition), on
-top of one batch and ``scans_ahead + 2`` pages: memory grows with ``page_size``, ``batch_size`` and the
-largest partition, never with the cache.
+top of one batch, ``scans_ahead + 2`` pages and one page's worth of rows of small partitions read ahead:
+memory grows with ``page_size``, ``batch_size`` and the largest partition, never with the cache.
 
 NULLs: float columns get NaN; int, bool and string columns of a batch holding a NULL come as
 ``numpy.ma.MaskedArray`` (data 0 / False / ""); ``tf_dataset`` feeds the filled data.
@@ -46,6 +46,7 @@ from ignite_tf.reader.binary import STACKED
 from ignite_tf.reader.scan import NodeFailed, NodeScans, scan_request
 
 _MASK = "?"  # prefix of a column's NULL mask inside the reader's page chunks
+MAX_SCANS_AHEAD = 64  # scans in flight at most, when small partitions are read ahead
 
 
 @functools.lru_cache(maxsize=64)
@@ -301,8 +302,18 @@ class PartitionReader:
             yield self._finish(_concat(chunks, self.key_column))
 
     def _send_ahead(self, tasks: list[ReadTask], i: int, ahead: dict[int, tuple[int, int]]) -> None:
-        """Scans of tasks ``i .. i+scans_ahead`` on their primaries, where not sent yet."""
-        for j in range(i, min(len(tasks), i + 1 + self.scans_ahead)):
+        """Scans of tasks ``i .. i+scans_ahead`` on their primaries, where not sent yet; past those (unless
+        ``scans_ahead`` is 0), scans of the next whole partitions the plan counted while their rows together
+        fit in one page, up to ``MAX_SCANS_AHEAD``: with a few rows a partition, every partition would
+        otherwise cost a round trip for those few rows (a first block of 6,000 rows in 1,024 partitions was
+        read in half the time)."""
+        small = 0
+        last = i + max(self.scans_ahead, MAX_SCANS_AHEAD if self.scans_ahead else 0)
+        for j in range(i, min(len(tasks), last + 1)):
+            if j > i + self.scans_ahead:
+                small += tasks[j].rows
+                if not tasks[j].whole or tasks[j].rows == 0 or small > self.page_size:
+                    break
             index = self._primary.get(tasks[j].partition)
             if j in ahead or index is None or index in self._dead:
                 continue

@@ -43,6 +43,8 @@ from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.task import TaskInfo, task_info
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
+ENV_READ_AHEAD = "IGNITE_TF_READ_AHEAD"
+READ_AHEAD_MODES = ("auto", "process", "thread", "off")
 
 
 def import_tf():
@@ -190,13 +192,19 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     import ignite_tf.reader.partition  # noqa: F401
     import ignite_tf.runtime.feed  # noqa: F401
 
-    with ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare") as pool:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
+    try:
         prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
                                backup_dir)
+        # The label's classes too (one SQL aggregate), taken only if the model function asks for them.
+        classes = (pool.submit(lambda: _label_classes(plan, prepared.result()))
+                   if "n_classes" not in (model_kwargs or {}) else None)
         tf = import_tf()
         import tf_keras
 
         names, label_name, label_dtype = prepared.result()
+    finally:
+        pool.shutdown(wait=False)  # the classes may still be counted: _model waits for them if it needs them
     timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     strat = strategy(info.mode)
@@ -205,7 +213,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                                                   checkpoint_every_steps)
     start_epoch, start_step = _resume(backup_dir, steps, step_level, epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
-    model = _model(fn, strat, plan, label_name, label_dtype, offered)  # adds n_classes to offered
+    model = _model(fn, strat, classes, offered)  # adds n_classes to offered
     data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
                     label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
                     start_step=start_step, shuffle_buffer=shuffle_buffer)
@@ -239,24 +247,36 @@ def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] 
 
     names, label_name, label_dtype = columns(plan, label_column, features)
     fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
-    if fresh and not _is_coordinator(info) and _spare_core(info):
+    how = read_ahead_mode()
+    if fresh and not _is_coordinator(info) and how != "off" and (how != "auto" or _spare_cores(info)):
         itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
-                       shuffle_buffer=shuffle_buffer)
+                       shuffle_buffer=shuffle_buffer, process=how != "thread")
     return names, label_name, label_dtype
 
 
-def _spare_core(info: TaskInfo) -> bool:
-    """Whether this machine has a core beside its TensorFlow tasks' imports: reading ahead needs one.
+def read_ahead_mode() -> str:
+    """``IGNITE_TF_READ_AHEAD``: ``auto`` (default: a child process reads ahead when the host has two cores for
+    each of its TensorFlow tasks), ``process`` (always), ``thread`` (a thread of the task, always) or ``off``."""
+    how = os.environ.get(ENV_READ_AHEAD, "auto").strip().lower() or "auto"
+    if how not in READ_AHEAD_MODES:
+        raise ConfigError(f"{ENV_READ_AHEAD}={how!r}: use one of {', '.join(READ_AHEAD_MODES)}")
+    return how
 
-    Measured with ``bench/startup.py --baseline`` on 2 cores: reading ahead took 0.4-0.65 s off what follows
-    the import, and 2 local workers reached their first step 0.4 s sooner; with 3, their imports took up to
-    1 s longer, more than it saved.
+
+def _spare_cores(info: TaskInfo) -> bool:
+    """Whether this host has two cores for each of its TensorFlow tasks: one for the import, one for the read
+    ahead and the Ignite node serving it.
+
+    Measured side by side with ``bench/startup.py --read-ahead`` on 2 cores (load about 1), launch to first
+    step, medians of 4: 1 worker 3.27 s without, 3.32 s with a read-ahead process, 3.55 s with a thread; 2
+    workers 4.15 s without, 4.60 s with a process, 5.14 s with a thread. The import itself took 0.2 s longer
+    beside a read-ahead process and 0.45 s beside a thread (the GIL), while the first read it saved took 0.3 s.
     """
     me = info.cluster.get(info.type or "", [])[info.index:info.index + 1] if info.type else []
     host = me[0].rsplit(":", 1)[0] if me else None
     here = sum(1 for tasks in info.cluster.values() for address in tasks if address.rsplit(":", 1)[0] == host)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, here) <= cores
+    return 2 * max(1, here) <= cores
 
 
 def _is_coordinator(info: TaskInfo) -> bool:
@@ -264,13 +284,18 @@ def _is_coordinator(info: TaskInfo) -> bool:
     return info.mode is Mode.ASYNC and info.type == "chief"
 
 
-def _model(fn, strat, plan, label: str, label_dtype, offered: dict[str, Any]):
-    """The model function's compiled model, built in the strategy's scope; ``n_classes`` from the label unless
-    the model arguments give it."""
-    if "n_classes" not in offered and _accepts(fn, "n_classes"):
-        from ignite_tf.runtime.feed import label_classes
+def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
+    from ignite_tf.runtime.feed import label_classes
 
-        offered["n_classes"] = label_classes(plan, label, label_dtype)
+    _, label, label_dtype = columns
+    return label_classes(plan, label, label_dtype)
+
+
+def _model(fn, strat, classes, offered: dict[str, Any]):
+    """The model function's compiled model, built in the strategy's scope; ``n_classes`` from the label
+    (``classes``: a future of ``label_classes``) unless the model arguments give it."""
+    if "n_classes" not in offered and _accepts(fn, "n_classes"):
+        offered["n_classes"] = classes.result()
     with strat.scope():
         return build_model(fn, offered)
 

@@ -255,7 +255,7 @@ def _start_simulated_nodes(layout: Layout, n: int) -> None:
 
     for i in range(n):
         # retried: a CI run once had this create answered with an error right after /readyz
-        _wait(layout, "kube-apiserver", lambda: create(f"sim-{i}"), 60, f"simulated node sim-{i} created")
+        _wait(layout, "kube-apiserver", lambda name=f"sim-{i}": create(name), 60, f"simulated node sim-{i} created")
 
 
 def _ready_nodes(layout: Layout) -> list[str]:
