@@ -1,7 +1,7 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
-                                      [--baseline DIR] [--read-ahead MODES]
+                                      [--start-rounds N] [--read-ahead MODES] [--baseline DIR]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -11,7 +11,7 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   task's start-up, and what first_step_s is divided by; ``tf_import_cold_s``, the same import
                   as this environment runs it (here ``PYTHONDONTWRITEBYTECODE=1`` and no bytecode in the
                   virtual environment: TensorFlow's Python compiled at every import), is reported beside it;
-  first_step_s    seconds from the ``start_cluster(...)`` call (discovery, shard plan, supervisor, tasks,
+  first_step_s    median over ``--start-rounds`` clusters (3) of the seconds from the ``start_cluster(...)`` call (discovery, shard plan, supervisor, tasks,
                   MultiWorkerMirroredStrategy, dataset, tracing) to the end of the chief's first training
                   batch, for 1, 2 and 3 local sync workers over a 6,000-row cache. The entry point
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
@@ -231,12 +231,14 @@ def _reap(pid: int) -> None:
 
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
-        jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",)) -> dict:
+        jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
+        start_rounds: int = 3) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
 
-    result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds}
+    result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,
+                    "_start_rounds": start_rounds}
     if startup:
         cold, cold_times, cold_cpu = tf_import_s(cached=False)
         median, times, cpu = tf_import_s()
@@ -258,25 +260,24 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
-            for i, workers in enumerate(WORKER_COUNTS if startup else ()):
-                # Each read-ahead mode, and the baseline, alternating which goes first.
-                variants = [(None, mode) for mode in read_ahead] + ([(baseline, None)] if baseline else [])
+            # Each read-ahead mode, and the baseline, alternating which goes first, start_rounds times over.
+            variants = [(None, mode) for mode in read_ahead] + ([(baseline, None)] if baseline else [])
+            for i, workers in enumerate([w for _ in range(start_rounds) for w in WORKER_COUNTS] if startup else ()):
                 for provider, mode in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
                     adjacent = tf_import_s(repeat=1, fill=False)[0]
                     # The bare TensorFlow program beside it, alternately before and after.
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
-                    start = first_step(conn, workers, tmp, provider, mode)
+                    start = first_step(conn, workers, tmp / f"round{i}", provider, mode)
                     if bare is None:
                         bare = bare_first_step(workers, tmp)["first_step_s"]
                     starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
-                                   "read_ahead": mode,
-                                   "bare_s": bare})
+                                   "read_ahead": mode, "bare_s": bare})
                     s = starts[-1]
-                    say(f"{workers} worker(s){_variant(starts[-1])}: first step after "
-                        f"{s['first_step_s']:.2f}s (start_cluster returned after {s['launched_s']:.2f}s, all tasks "
-                        f"listening {s['tasks_up_s']}s later)", quiet)
+                    say(f"{workers} worker(s){_variant(s)}: first step after {s['first_step_s']:.2f}s, the bare "
+                        f"TF program's after {bare:.2f}s (start_cluster returned after {s['launched_s']:.2f}s, "
+                        f"all tasks listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
             if jvm_warmup:
                 spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes])
@@ -290,12 +291,20 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                 result["_profile"] = profile_data_path(conn)
         finally:
             cluster.down()
-    ours = [s for s in result["_starts"] if not s["baseline"]]
-    result["first_step_s"] = {_key(s): s["first_step_s"] for s in ours}
-    result["bare_first_step_s"] = {_key(s): s["bare_s"] for s in ours}
+    groups = _groups([s for s in result["_starts"] if not s["baseline"]])
+    result["first_step_s"] = {key: statistics.median(s["first_step_s"] for s in g) for key, g in groups.items()}
+    result["bare_first_step_s"] = {key: statistics.median(s["bare_s"] for s in g) for key, g in groups.items()}
     result["input_ratio"] = result["steps_s_ignite"] / result["steps_s_memory"]
     result.update({"_rows": rows, "_steps": steps, "_load_after": os.getloadavg()[0]})
     return result
+
+
+def _groups(starts: list[dict]) -> dict[str, list[dict]]:
+    """The starts by worker count and variant, in the order they first ran."""
+    groups: dict[str, list[dict]] = {}
+    for s in starts:
+        groups.setdefault(_key(s) + (" baseline" if s["baseline"] else ""), []).append(s)
+    return groups
 
 
 def _key(start: dict) -> str:
@@ -319,24 +328,28 @@ def table(r: dict) -> str:
         lines += [
             "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
             f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
-            "| sync workers | first step (s) | / tf_import_s | / import just before | / tf_import_cold_s "
-            "| bare TF program (s) | / bare TF program | start_cluster returned (s) | all tasks listening (s) | "
+            "| sync workers | first step (s) | runs | / tf_import_s | / import just before "
+            "| bare TF program (s) | / bare TF program | start_cluster returned (s) | "
             + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
+            "|---|---:|---|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
         ]
-        for s in r["_starts"]:
-            up = "-" if s["tasks_up_s"] is None else f"{s['launched_s'] + s['tasks_up_s']:.1f}"
-            split = " | ".join(f"{s['split'][n]:.2f}" if n in s.get("split", {}) else "-"
-                               for n in (*SPLIT, "first_step"))
-            lines.append(f"| {s['workers']}{_variant(s)} | {s['first_step_s']:.2f} | {s['first_step_s'] / r['tf_import_s']:.2f}x "
-                         f"| {s['first_step_s'] / s['tf_import_adjacent_s']:.2f}x "
-                         f"({s['tf_import_adjacent_s']:.1f}s) | {s['first_step_s'] / r['tf_import_cold_s']:.2f}x "
-                         f"| {s['bare_s']:.2f} | {s['first_step_s'] / s['bare_s']:.2f}x | {s['launched_s']:.2f} | {up} | {split} |")
+        for group in _groups(r["_starts"]).values():
+            def med(f, group=group):
+                return statistics.median(f(s) for s in group)
+            first = [s["first_step_s"] for s in group]
+            split = " | ".join(f"{med(lambda s, n=n: s['split'][n]):.2f}" if all(n in s["split"] for s in group)
+                               else "-" for n in (*SPLIT, "first_step"))
+            lines.append(
+                f"| {group[0]['workers']}{_variant(group[0])} | {med(lambda s: s['first_step_s']):.2f} "
+                f"| {', '.join(f'{x:.2f}' for x in first)} | {med(lambda s: s['first_step_s']) / r['tf_import_s']:.2f}x "
+                f"| {med(lambda s: s['first_step_s'] / s['tf_import_adjacent_s']):.2f}x "
+                f"| {med(lambda s: s['bare_s']):.2f} | {med(lambda s: s['first_step_s'] / s['bare_s']):.2f}x "
+                f"| {med(lambda s: s['launched_s']):.2f} | {split} |")
         lines += [
             "",
-            "All columns count from the start_cluster() call; 'all tasks listening' is when the supervisor saw "
-            "every task's TF server port answer; 'import just before' divides by one bare import (bytecode cache) "
-            "timed right before that cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
+            f"Medians of {r['_start_rounds']} rounds (runs: each round's first step). All times count from the "
+            "start_cluster() call; '/ import just before' is the median of the ratios to one bare import (bytecode "
+            "cache) timed right before each cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
             "local processes (the same model under MultiWorkerMirroredStrategy, its rows in memory: no Ignite, "
             "no supervisor), launch to its first step, timed alternately before and after that cluster; the '-> name' columns are the seconds from the moment before "
             "to the chief's timeline mark (runtime_started: launch, supervisor, Python; tf_imported; "
@@ -405,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm-warmup", type=int, default=25, metavar="N",
                         help="untimed reads of the cache before the step rates, so the Ignite JVMs are "
                              "past JIT compilation as in service (default 25; 0: none)")
+    parser.add_argument("--start-rounds", type=int, default=3,
+                        help="clusters per worker count and variant; the table shows medians (default 3)")
     parser.add_argument("--read-ahead", default="auto", metavar="MODES",
                         help="IGNITE_TF_READ_AHEAD of the tasks, comma-separated: one cluster per mode and worker "
                              "count, alternating which goes first (default auto; e.g. off,process,thread)")
@@ -426,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
                  startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline,
-                 read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()))
+                 read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()),
+                 start_rounds=args.start_rounds)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
