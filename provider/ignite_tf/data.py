@@ -208,10 +208,11 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
         from ignite_tf.reader.partition import STACKED
 
         iteration = next(passes)
-        stream = head.stream() if head and iteration == 0 else \
-            blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
-                   shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
-                   block_rows=block_rows, layout=layout, iteration=iteration)
+        stream = head.blocks() if head and iteration == 0 else None
+        if stream is None:
+            stream = blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
+                            shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
+                            block_rows=block_rows, layout=layout, iteration=iteration)
         for block in stream:
             block = {k: _filled(v) for k, v in block.items()}
             if decode_stack:
@@ -247,11 +248,13 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
                process: bool = False) -> None:
     """Start reading the first block of ``dataset(...)`` with the same arguments, in a background thread.
 
-    For a process that is about to import TensorFlow: the import keeps one core busy for seconds while the
-    other core and the Ignite nodes wait, and a first block of a small cache can scan every partition, a round
-    trip each. The next ``dataset`` call with the same ``plan`` and ``conn`` objects and the same arguments
-    starts from that block; nothing else is shared. Errors surface in that call, which then reads as usual.
-    Without such a call the reader stays open until ``drop_read_ahead()`` or the process ends.
+    For a process about to import TensorFlow (the import keeps one core busy for seconds while the other
+    core and the Ignite nodes wait), or about to build its model and trace its training step: a first block
+    of a small cache can scan every partition, a round trip each, and tf.data starts reading only when the
+    traced step first asks. The next ``dataset`` call with the same ``plan`` and ``conn`` objects and the
+    same arguments starts from that block (the call itself waits only for the columns; its first element
+    waits for the block); nothing else is shared. If the read-ahead fails, the dataset reads as usual (and
+    raises there). Without such a call the reader stays open until ``drop_read_ahead()`` or the process ends.
 
     :param process: read in a child Python process instead (``ignite_tf.reader.ahead``), which then reads the
         dataset's whole first pass and hands it over block by block: decoding there competes neither for
@@ -270,6 +273,7 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
 
     def first_block(head: HeadStart) -> None:
         head.columns, head.rest = first_pass(*args)
+        head.ready.set()
         head.first = next(head.rest, None)
 
     HeadStart.start(key, first_block, keep=(plan, conn))

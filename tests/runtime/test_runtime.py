@@ -446,23 +446,14 @@ def test_restarted_cluster_resumes_from_backup(tabular, ignite_conn, tmp_path):
     assert second[-1]["loss"] < 0.3
 
 
-def test_reading_ahead_only_with_two_cores_for_each_local_task(monkeypatch):
-    """By default a task reads its first block during TensorFlow's import only when its host has two cores
-    for each TF task of the cluster there (pods on other hosts do not count); IGNITE_TF_READ_AHEAD chooses
-    otherwise, and a value it does not know is an error naming it."""
+def test_read_ahead_modes(monkeypatch):
+    """IGNITE_TF_READ_AHEAD is one of the modes (auto by default); a value it does not know is an error naming
+    it. A task is alone on its host unless another task of the cluster has the same host (pods elsewhere do
+    not count)."""
     from ignite_tf.cluster.spec import Mode
     from ignite_tf.runtime.task import TaskInfo
-    from ignite_tf.runtime.train import _spare_cores, read_ahead_mode
+    from ignite_tf.runtime.train import _alone_on_host, read_ahead_mode
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    local = {"worker": [f"127.0.0.1:{p}" for p in (1, 2, 3)]}
-    assert not _spare_cores(TaskInfo("worker", 1, Mode.SYNC, local))
-    assert _spare_cores(TaskInfo("worker", 0, Mode.SYNC, {"worker": local["worker"][:2]}))
-    pods = {"chief": ["c-0.svc:2222"], "worker": ["w-0.svc:2222", "w-1.svc:2222"], "ps": ["p-0.svc:2222"]}
-    assert _spare_cores(TaskInfo("worker", 1, Mode.ASYNC, pods))
-    assert _spare_cores(TaskInfo(None, 0, Mode.SYNC, {}))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert not _spare_cores(TaskInfo(None, 0, Mode.SYNC, {}))
     monkeypatch.delenv("IGNITE_TF_READ_AHEAD", raising=False)
     assert read_ahead_mode() == "auto"
     monkeypatch.setenv("IGNITE_TF_READ_AHEAD", " Off ")
@@ -470,3 +461,34 @@ def test_reading_ahead_only_with_two_cores_for_each_local_task(monkeypatch):
     monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "sometimes")
     with pytest.raises(ConfigError, match="IGNITE_TF_READ_AHEAD='sometimes': use one of auto, process"):
         read_ahead_mode()
+    assert not _alone_on_host(TaskInfo("worker", 1, Mode.SYNC, {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}))
+    assert _alone_on_host(TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1"]}))
+    pods = {"chief": ["c-0.svc:2222"], "worker": ["w-0.svc:2222", "w-1.svc:2222"], "ps": ["p-0.svc:2222"]}
+    assert _alone_on_host(TaskInfo("worker", 1, Mode.ASYNC, pods))
+    assert _alone_on_host(TaskInfo(None, 0, Mode.SYNC, {}))
+
+
+def test_when_a_task_reads_ahead(monkeypatch, tmp_path):
+    """auto: in a thread once TensorFlow is imported when the task is alone on its host, else not at all;
+    process / thread: during the import; after: after it; never for a resumed run, the async chief (it reads
+    feeds) or with off."""
+    from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.task import TaskInfo
+    from ignite_tf.runtime.train import _read_ahead_plan
+
+    alone = TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1"]})
+    worker = TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
+    backup = tmp_path / "backup"
+    monkeypatch.delenv("IGNITE_TF_READ_AHEAD", raising=False)
+    assert _read_ahead_plan(alone, backup) == "after-import"
+    assert _read_ahead_plan(worker, backup) is None
+    for mode, expected in (("process", "import-process"), ("thread", "import-thread"), ("after", "after-import"),
+                           ("off", None)):
+        monkeypatch.setenv("IGNITE_TF_READ_AHEAD", mode)
+        assert _read_ahead_plan(worker, backup) == expected
+    monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "process")
+    assert _read_ahead_plan(TaskInfo("chief", 0, Mode.ASYNC, {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}),
+                            backup) is None
+    backup.mkdir()
+    (backup / "chief").mkdir()
+    assert _read_ahead_plan(worker, backup) is None, "a resumed run starts where its backup says"

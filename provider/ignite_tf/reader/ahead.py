@@ -24,9 +24,10 @@ from ignite_tf.errors import IgniteTFError
 class HeadStart:
     """One read-ahead: its thread, the cache's columns, the first block and the rest of the block stream.
 
-    ``start(key, work)`` runs ``work(head)`` in a thread, which fills ``columns``, ``first`` and ``rest``;
-    ``start_process(key, target, args)`` has a child process do the reading; ``take(key)`` hands the head
-    start over once, after its thread ended.
+    ``start(key, work)`` runs ``work(head)`` in a thread, which fills ``columns``, sets ``ready``, then fills
+    ``first`` and ``rest``; ``start_process(key, target, args)`` has a child process do the reading.
+    ``take(key)`` hands the head start over once its columns are known; ``blocks()`` then waits for the first
+    block, so a dataset can be built (and its training step traced) while the first block is still read.
     """
 
     _pending: dict[tuple, HeadStart] = {}
@@ -37,6 +38,7 @@ class HeadStart:
         self.columns, self.first, self.rest, self.error = None, None, None, None
         self.thread: threading.Thread | None = None
         self.proc: subprocess.Popen | None = None
+        self.ready = threading.Event()  # the columns are known, or the read failed
 
     @classmethod
     def start(cls, key: tuple, work, keep: tuple) -> None:
@@ -47,6 +49,8 @@ class HeadStart:
                 work(head)
             except Exception as exc:  # noqa: BLE001 - the dataset call reads again and raises it there
                 head.error = exc
+            finally:
+                head.ready.set()
 
         head.thread = threading.Thread(target=run, name="ignite-tf-read-ahead", daemon=True)
         with cls._lock:
@@ -64,12 +68,12 @@ class HeadStart:
 
     @classmethod
     def take(cls, key: tuple) -> HeadStart | None:
-        """The head start for ``key``, read through its first block; None if there is none or it failed."""
+        """The head start for ``key`` once its columns are known; None if there is none or it failed."""
         with cls._lock:
             head = cls._pending.pop(key, None)
         if head is None:
             return None
-        head.thread.join()
+        head.ready.wait()
         if head.error is not None:
             head.close()
             return None
@@ -82,7 +86,15 @@ class HeadStart:
         for head in heads:
             head.close()
 
-    def stream(self) -> Iterator[dict]:
+    def blocks(self) -> Iterator[dict] | None:
+        """The blocks read ahead, first block first, once it is read; None if reading it failed (read again)."""
+        self.thread.join()
+        if self.error is not None:
+            self.close()
+            return None
+        return self._stream()
+
+    def _stream(self) -> Iterator[dict]:
         if self.first is not None:
             yield self.first
             self.first = None
@@ -109,6 +121,7 @@ class HeadStart:
             kind, self.columns = _receive(pipe)
             if kind != "columns":
                 raise IgniteTFError(f"the read-ahead process sent {kind!r} before the columns")
+            self.ready.set()
             kind, self.first = _receive(pipe)
         except BaseException:
             pipe.close()

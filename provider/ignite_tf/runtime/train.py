@@ -44,7 +44,7 @@ from ignite_tf.runtime.task import TaskInfo, task_info
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
 ENV_READ_AHEAD = "IGNITE_TF_READ_AHEAD"
-READ_AHEAD_MODES = ("auto", "process", "thread", "off")
+READ_AHEAD_MODES = ("auto", "process", "thread", "after", "off")
 
 
 def import_tf():
@@ -192,10 +192,11 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     import ignite_tf.reader.partition  # noqa: F401
     import ignite_tf.runtime.feed  # noqa: F401
 
+    ahead = _read_ahead_plan(info, backup_dir)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
     try:
         prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
-                               backup_dir)
+                               {"import-process": True, "import-thread": "thread"}.get(ahead, False))
         # The label's classes too (one SQL aggregate), taken only if the model function asks for them.
         classes = (pool.submit(lambda: _label_classes(plan, prepared.result()))
                    if "n_classes" not in (model_kwargs or {}) else None)
@@ -205,6 +206,9 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
         names, label_name, label_dtype = prepared.result()
     finally:
         pool.shutdown(wait=False)  # the classes may still be counted: _model waits for them if it needs them
+    if ahead == "after-import":  # read while the strategy starts, the model is built and its step traced
+        itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
+                       shuffle_buffer=shuffle_buffer)
     timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     strat = strategy(info.mode)
@@ -238,45 +242,52 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
 
 
 def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] | None, batch_size: int,
-                   shuffle_buffer: int, backup_dir: Path) -> tuple[list[str], str, Any]:
-    """(feature names, label name, label dtype); a fresh run that reads Ignite itself (not the async chief, which
-    reads the workers' feeds) also starts reading its first block of epoch 0 (``ignite_tf.data.read_ahead``)
-    when the machine has a core to spare."""
+                   shuffle_buffer: int, read_ahead: bool | str) -> tuple[list[str], str, Any]:
+    """(feature names, label name, label dtype); with ``read_ahead`` (True: in a child process, ``"thread"``:
+    in a thread) also starts reading this task's first block of epoch 0 (``ignite_tf.data.read_ahead``)."""
     import ignite_tf.data as itd
     from ignite_tf.runtime.feed import columns
 
     names, label_name, label_dtype = columns(plan, label_column, features)
-    fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
-    how = read_ahead_mode()
-    if fresh and not _is_coordinator(info) and how != "off" and (how != "auto" or _spare_cores(info)):
+    if read_ahead:
         itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
-                       shuffle_buffer=shuffle_buffer, process=how != "thread")
+                       shuffle_buffer=shuffle_buffer, process=read_ahead is True)
     return names, label_name, label_dtype
 
 
+def _read_ahead_plan(info: TaskInfo, backup_dir: Path) -> str | None:
+    """When this task reads its first block ahead: ``"import-process"`` / ``"import-thread"`` (during the
+    TensorFlow import), ``"after-import"`` (in a thread once TensorFlow is imported, while the strategy starts
+    and the step is traced) or None: a resumed run (BackupAndRestore picks the epoch), the async chief (it
+    reads the workers' feeds) and ``IGNITE_TF_READ_AHEAD=off``. ``auto`` reads after the import where the
+    task is alone on its host, else not at all: measured on 2 cores (README, "Start-up and input"), reading
+    during the import slowed the import as much as it saved, and reading beside another task's import slowed
+    that import and so the strategy's start.
+    """
+    how = read_ahead_mode()
+    fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
+    if how == "auto":
+        how = "after" if _alone_on_host(info) else "off"
+    if not fresh or _is_coordinator(info) or how == "off":
+        return None
+    return "after-import" if how == "after" else f"import-{how}"
+
+
 def read_ahead_mode() -> str:
-    """``IGNITE_TF_READ_AHEAD``: ``auto`` (default: a child process reads ahead when the host has two cores for
-    each of its TensorFlow tasks), ``process`` (always), ``thread`` (a thread of the task, always) or ``off``."""
+    """``IGNITE_TF_READ_AHEAD``: ``auto`` (the default, see ``_read_ahead_plan``), ``process`` or ``thread``
+    (during the TensorFlow import), ``after`` (a thread once TensorFlow is imported) or ``off``."""
     how = os.environ.get(ENV_READ_AHEAD, "auto").strip().lower() or "auto"
     if how not in READ_AHEAD_MODES:
         raise ConfigError(f"{ENV_READ_AHEAD}={how!r}: use one of {', '.join(READ_AHEAD_MODES)}")
     return how
 
 
-def _spare_cores(info: TaskInfo) -> bool:
-    """Whether this host has two cores for each of its TensorFlow tasks: one for the import, one for the read
-    ahead and the Ignite node serving it.
-
-    Measured side by side with ``bench/startup.py --read-ahead`` on 2 cores (load about 1), launch to first
-    step, medians of 4: 1 worker 3.27 s without, 3.32 s with a read-ahead process, 3.55 s with a thread; 2
-    workers 4.15 s without, 4.60 s with a process, 5.14 s with a thread. The import itself took 0.2 s longer
-    beside a read-ahead process and 0.45 s beside a thread (the GIL), while the first read it saved took 0.3 s.
-    """
+def _alone_on_host(info: TaskInfo) -> bool:
+    """Whether no other TensorFlow task of the cluster runs on this task's host (pods on other hosts and a
+    task without TF_CONFIG count as alone)."""
     me = info.cluster.get(info.type or "", [])[info.index:info.index + 1] if info.type else []
     host = me[0].rsplit(":", 1)[0] if me else None
-    here = sum(1 for tasks in info.cluster.values() for address in tasks if address.rsplit(":", 1)[0] == host)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 2 * max(1, here) <= cores
+    return sum(1 for tasks in info.cluster.values() for address in tasks if address.rsplit(":", 1)[0] == host) <= 1
 
 
 def _is_coordinator(info: TaskInfo) -> bool:
