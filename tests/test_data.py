@@ -165,21 +165,18 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     assert sorted(ids) == list(range(500))
 
 
-def _read_ahead_children() -> list[int]:
-    """This process's read-ahead children, with those that ended and are not reaped yet (zombies)."""
+@pytest.fixture(autouse=True)
+def _read_aheads_dropped():
+    """A test that fails half way leaves no read-ahead for the next one to take."""
+    yield
+    itd.drop_read_ahead()
+
+
+def _children() -> set[int]:
+    """This process's children, with those that ended and are not reaped yet (zombies)."""
     import psutil
 
-    found = []
-    for child in psutil.Process().children():
-        try:
-            if "ignite_tf.reader.ahead" in " ".join(child.cmdline()):
-                found.append(child.pid)
-        except psutil.ZombieProcess:
-            if child.name().startswith("python"):
-                found.append(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    return {c.pid for c in psutil.Process().children()}
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
@@ -200,17 +197,18 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
         return [np.concatenate([lab.numpy() for _, lab in ds]), np.concatenate([f.numpy()[:, 0] for f, _ in ds])]
 
     plain = two_passes(itd.dataset(64, 0, **args))
+    before = _children()
     itd.read_ahead(64, 0, process=process, **args)
     itd.read_ahead(64, 1, process=process, **args)
     assert len(HeadStart._pending) == 2
-    if process:
-        for head in HeadStart._pending.values():
-            head.thread.join()  # the child is started in the thread
-        assert len(_read_ahead_children()) == 2
+    for head in HeadStart._pending.values():
+        head.thread.join()  # a child is started in the thread
+    children = {key[2]: head.proc.pid for key, head in HeadStart._pending.items() if head.proc}  # by epoch
+    assert len(children) == (2 if process else 0) and set(children.values()) <= _children() - before
     ahead = two_passes(itd.dataset(64, 0, **args))
     assert len(HeadStart._pending) == 1, "the epoch-0 dataset took its read-ahead, not epoch 1's"
     if process:
-        assert len(_read_ahead_children()) == 1, "the child of the pass that was read to its end has ended"
+        assert children[0] not in _children(), "the child of the pass that was read to its end has ended"
     for a, b in zip(ahead, plain, strict=True):
         assert len(a) == plan.shard(1, 0).rows // 64 * 64 and np.array_equal(a, b)
     epoch2 = two_passes(itd.dataset(64, 2, **args))
@@ -219,7 +217,7 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
     assert set(epoch2[1].tolist()) <= expected and len(epoch2[1]) == plan.shard(1, 2).rows // 64 * 64
     itd.drop_read_ahead()
     assert not HeadStart._pending
-    assert not _read_ahead_children()
+    assert not _children() - before, "no read-ahead child is left"
 
 
 def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_read_again(ignite_conn, cache_name):
@@ -240,6 +238,7 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
     # Blocks of 512 rows of 17 columns: a few fill the pipe, so the child is still reading when it is killed.
     args = {"label": "label", "stack": True, "worker": 0, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 0,
             "block_rows": 512}
+    before = _children()
     itd.read_ahead(64, 0, process=True, **args)
     head = next(iter(HeadStart._pending.values()))
     head.thread.join()
@@ -250,9 +249,9 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
         for _, lab in itd.dataset(64, 0, **args):
             seen += len(lab)
     assert 0 < seen < 20_000
-    assert not _read_ahead_children()
+    assert not _children() - before
 
     itd.read_ahead(64, 0, process=True, **{**args, "label": "no_such_column"})
     with pytest.raises(ConfigError, match="no_such_column"):
         itd.dataset(64, 0, **{**args, "label": "no_such_column"})
-    assert not HeadStart._pending and not _read_ahead_children()
+    assert not HeadStart._pending and not _children() - before
