@@ -12,6 +12,8 @@ an Airflow task that defers or a CLI that detaches). It
   parameter server fails; restarted tasks resume from the checkpoint the runtime keeps;
 - stops: on SIGTERM or a stop request in the state store, tasks get SIGTERM and ``grace_period_s`` to
   checkpoint, then SIGKILL; when the chief finishes, parameter servers and remaining tasks are stopped;
+- forks its runtime tasks from a fork server that imported TensorFlow once for all of them (``forkserver.py``;
+  user commands, GPU hosts and ``IGNITE_TF_FORKSERVER=off`` get a new process per task);
 - gives each task an allowlisted environment (``environment.py``): the runtime's variables, the Ignite
   connection, the user's named ``env`` and ``TF_CONFIG``, with this interpreter's folder first on ``PATH``;
 - records everything in the state store and exits with an ``ExitCode``.
@@ -27,14 +29,15 @@ import sys
 import time
 from pathlib import Path
 
+from ignite_tf.cluster import forkserver
 from ignite_tf.cluster.bytecode import with_bytecode_cache
+from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 from ignite_tf.runtime import progress
 
-RUNTIME_MODULE = "ignite_tf.runtime"  # ``python -m ignite_tf.runtime``: one task of a cluster
 POLL_S = 0.2
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
@@ -63,12 +66,14 @@ class Supervisor:
     ``exit_detail`` and ``waiting_reason``."""
 
     poll_s = POLL_S
+    forks = True  # runtime tasks are forked from a fork server where ``forkserver.wanted``
 
     def __init__(self, spec: ClusterSpec, store: StateStore, command_for):
         self.spec = spec
         self.store = store
         self.command_for = command_for  # (spec, task) -> argv
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen | forkserver.ForkedTask] = {}
+        self.forkserver: forkserver.ForkServer | None = None
         self.terminating = False
         self.attempt = 0
         self.state = ClusterState(
@@ -125,20 +130,47 @@ class Supervisor:
             self._last_put = now
 
     # -- tasks ---------------------------------------------------------------------------------------------
+    def task_env(self, task: ClusterTask) -> dict[str, str]:
+        env = minimal_env(os.environ, self.spec.pass_env)
+        env.update(self.spec.task_env(task, self.attempt))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
+        return with_bytecode_cache(env)
+
+    def start_forkserver(self) -> None:
+        """Start the fork server when a task would use it; its environment is what all tasks' have in common."""
+        envs = [self.task_env(t) for t in self.spec.tasks]
+        common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
+        if self.forks and forkserver.wanted(common) and any(
+                forkserver.module_of(self.command_for(self.spec, t)) for t in self.spec.tasks):
+            sys.stdout.flush()
+            self.forkserver = forkserver.ForkServer(common, self.spec.run_dir, sys.stdout)
+
+    def forkserver_ready(self) -> bool:
+        """Wait for the fork server's imports (recording state meanwhile); on failure go on without it."""
+        server, deadline = self.forkserver, time.monotonic() + self.spec.startup_deadline_s
+        while server is not None and not server.ready(0.2):
+            self.save()
+            if server.gone or time.monotonic() > deadline or self._stop_requested():
+                self.event(f"the fork server did not start (status {server.proc.poll()}, see the supervisor log "
+                           f"in {self.spec.folder.logs}): each task imports TensorFlow itself")
+                server.close(0)
+                self.forkserver = server = None
+        return server is not None
+
     def start_task(self, task: ClusterTask) -> None:
         Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
         progress = Path(self.spec.progress_path(task))
         progress.parent.mkdir(parents=True, exist_ok=True)
         progress.unlink(missing_ok=True)  # a new attempt is watched from its own first report
-        env = minimal_env(os.environ, self.spec.pass_env)
-        env.update(self.spec.task_env(task, self.attempt))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
-        env = with_bytecode_cache(env)
-        with open(self.spec.log_path(task), "ab") as log:
-            proc = subprocess.Popen(
-                self.command_for(self.spec, task), cwd=task_cwd(self.spec, task), env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_child_setup,
-            )
+        env, argv, cwd, log = self.task_env(task), self.command_for(self.spec, task), task_cwd(self.spec, task), \
+            self.spec.log_path(task)
+        target = forkserver.module_of(argv)
+        if target is not None and self.forkserver_ready():
+            proc = self.forkserver.start(task.name, *target, env=env, cwd=cwd, log=log)
+        else:
+            with open(log, "ab") as out:
+                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT, preexec_fn=_child_setup)
         self.procs[task.name] = proc
         ts = self.tstate(task)
         ts.pid, ts.state, ts.exit_code = proc.pid, "starting", None
@@ -258,8 +290,9 @@ class Supervisor:
         self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
         self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
                    + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
-        self.start_all()
         try:
+            self.start_forkserver()
+            self.start_all()
             while True:
                 outcome = self.step()
                 if outcome is not None:
@@ -272,6 +305,9 @@ class Supervisor:
             self.state.finished_at = time.time()
             self.save(force=True)
             raise
+        finally:
+            if self.forkserver is not None:
+                self.forkserver.close()
 
     def silent_tasks(self) -> list[Failure]:
         """Live tasks whose last progress report is older than ``progress_timeout_s`` (checked once a second)."""
@@ -374,42 +410,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def task_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
-    """argv of one task: the runtime with an entry point, or the user's script (chief only in async mode)."""
-    job = spec.job
-    runtime = [sys.executable, "-m", RUNTIME_MODULE]
-    if spec.mode is Mode.ASYNC and task.role is not Role.CHIEF:
-        # Workers and parameter servers run a TF server (the runtime's, unless the job brings its own), with the
-        # runtime's flags when the chief runs the runtime (an async worker writes the feed that chief reads).
-        return list(job.get("serve_command") or [*runtime, "--serve", *runtime_args(job)])
-    if runs_user_command(spec, task):
-        return list(job["command"])
-    return [*runtime, "--entry-point", job["entry_point"], *job.get("args", [])]
-
-
-def runtime_args(job: dict) -> list[str]:
-    """The runtime's flags in ``job``: its ``args``, or what follows ``-m ignite_tf.runtime`` in a command that runs
-    the runtime itself; none for any other command (its servers are plain TF servers)."""
-    if "command" not in job:
-        return list(job.get("args", []))
-    command = list(job["command"])
-    for i in range(len(command) - 1):
-        if command[i] == "-m" and command[i + 1] == RUNTIME_MODULE:
-            return command[i + 2:]
-    return []
-
-
-def runs_user_command(spec: ClusterSpec, task: ClusterTask) -> bool:
-    return "command" in spec.job and (spec.mode is Mode.SYNC or task.role is Role.CHIEF)
-
-
-def task_cwd(spec: ClusterSpec, task: ClusterTask) -> str:
-    """A user's script runs in its job directory; runtime tasks in their own task directory."""
-    if runs_user_command(spec, task) and spec.job.get("job_dir"):
-        return spec.job["job_dir"]
-    return spec.task_dir(task)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,12 +26,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.k8s import objects, placement
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, StateStore, Status, store_from_env
-from ignite_tf.cluster.supervisor import Supervisor, task_command, task_cwd
+from ignite_tf.cluster.supervisor import Supervisor
 
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
