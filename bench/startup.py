@@ -1,7 +1,7 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
-                                      [--start-rounds N] [--read-ahead MODES] [--baseline DIR]
+                                      [--start-rounds N] [--read-ahead MODES] [--forkserver MODES] [--baseline DIR]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -110,25 +110,28 @@ def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tupl
 
 
 # -- 2. launch -> first step --------------------------------------------------------------------------------
-def first_step(conn, workers: int, tmp: Path, provider: str | None = None, read_ahead: str | None = None) -> dict:
+def first_step(conn, workers: int, tmp: Path, provider: str | None = None, settings: dict | None = None) -> dict:
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
-    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``); ``read_ahead``: their
-    ``IGNITE_TF_READ_AHEAD`` (``--read-ahead``)."""
+    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``); ``settings``: variables
+    set for the cluster (``IGNITE_TF_READ_AHEAD`` from ``--read-ahead``, ``IGNITE_TF_FORKSERVER`` from
+    ``--forkserver``)."""
+    settings = settings or {}
+    label = _label(settings)
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
     from ignite_tf.dev.ignite.cluster import pid_alive
 
-    root = tmp / f"w{workers}{'-baseline' if provider else ''}-{read_ahead or 'auto'}"
+    root = tmp / f"w{workers}{'-baseline' if provider else ''}-{label or 'default'}".replace(" ", "-")
     mark = root / "first_step"
     root.mkdir(parents=True, exist_ok=True)
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
     env = {**BENCH_ENV, ENV_MARK: str(mark),
            "PYTHONPATH": os.pathsep.join(filter(None, [provider, str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
-           **({"IGNITE_TF_READ_AHEAD": read_ahead} if read_ahead else {})}
+           **settings}
     job = {"entry_point": "startup_model:model",
            "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
-    cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{read_ahead or 'auto'}-{os.getpid()}"
+    cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{abs(hash(label)) % 10**6}-{os.getpid()}"
     state = None
     t0_wall, t0 = time.time(), time.perf_counter()
     try:
@@ -170,7 +173,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, read_
         if at is not None:
             split[name] = at - before
             before = at
-    return {"workers": workers, "first_step_s": first_s, "launched_s": launched_s,
+    return {"workers": workers, "variant": label, "first_step_s": first_s, "launched_s": launched_s,
             "tasks_up_s": float(up.group(1)) if up else None, "total_s": time.perf_counter() - t0,
             "checked_pids": len(pids), "split": split}
 
@@ -232,7 +235,7 @@ def _reap(pid: int) -> None:
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
-        start_rounds: int = 3) -> dict:
+        forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
@@ -260,20 +263,22 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
-            # Each read-ahead mode, and the baseline, alternating which goes first, start_rounds times over.
-            variants = [(None, mode) for mode in read_ahead] + ([(baseline, None)] if baseline else [])
+            # Each variant (read-ahead and fork server modes), and the baseline, alternating which goes first,
+            # start_rounds times over.
+            variants = [(None, {"IGNITE_TF_READ_AHEAD": ra, "IGNITE_TF_FORKSERVER": fs})
+                        for fs in forkserver for ra in read_ahead] + ([(baseline, {})] if baseline else [])
             for i, workers in enumerate([w for _ in range(start_rounds) for w in WORKER_COUNTS] if startup else ()):
-                for provider, mode in variants if i % 2 == 0 else variants[::-1]:
+                for provider, settings in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
                     adjacent = tf_import_s(repeat=1, fill=False)[0]
                     # The bare TensorFlow program beside it, alternately before and after.
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
-                    start = first_step(conn, workers, tmp / f"round{i}", provider, mode)
+                    start = first_step(conn, workers, tmp / f"round{i}", provider, settings)
                     if bare is None:
                         bare = bare_first_step(workers, tmp)["first_step_s"]
                     starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
-                                   "read_ahead": mode, "bare_s": bare})
+                                   "bare_s": bare})
                     s = starts[-1]
                     say(f"{workers} worker(s){_variant(s)}: first step after {s['first_step_s']:.2f}s, the bare "
                         f"TF program's after {bare:.2f}s (start_cluster returned after {s['launched_s']:.2f}s, "
@@ -307,16 +312,21 @@ def _groups(starts: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
+def _label(settings: dict) -> str:
+    """What a variant sets other than the defaults: ``""``, ``"forkserver off"``, ``"read-ahead off, ..."``."""
+    names = {"IGNITE_TF_READ_AHEAD": "read-ahead", "IGNITE_TF_FORKSERVER": "forkserver"}
+    return ", ".join(f"{names[k]} {v}" for k, v in settings.items() if v not in (None, "auto"))
+
+
 def _key(start: dict) -> str:
-    """``"2"``, or ``"2-off"`` for a read-ahead mode other than the default."""
-    mode = start.get("read_ahead")
-    return f"{start['workers']}" + (f"-{mode}" if mode not in (None, "auto") else "")
+    """``"2"``, or ``"2 forkserver off"`` for a variant other than the defaults."""
+    return f"{start['workers']} {start['variant']}".strip()
 
 
 def _variant(start: dict) -> str:
     if start["baseline"]:
         return " (baseline)"
-    return f" (read-ahead {start['read_ahead']})" if start.get("read_ahead") not in (None, "auto") else ""
+    return f" ({start['variant']})" if start["variant"] else ""
 
 
 def table(r: dict) -> str:
@@ -423,15 +433,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-ahead", default="auto", metavar="MODES",
                         help="IGNITE_TF_READ_AHEAD of the tasks, comma-separated: one cluster per mode and worker "
                              "count, alternating which goes first (default auto; e.g. off,process,thread)")
+    parser.add_argument("--forkserver", default="auto", metavar="MODES",
+                        help="IGNITE_TF_FORKSERVER of the clusters, comma-separated, side by side as --read-ahead "
+                             "(default auto; auto,off: forked tasks against a new process per task)")
     parser.add_argument("--baseline", metavar="DIR",
                         help="also start each cluster with its tasks importing the ignite_tf under DIR (e.g. an "
                              "older commit's provider/), alternating with this one's, for before/after in one run")
     args = parser.parse_args(argv)
-    from ignite_tf.runtime.train import READ_AHEAD_MODES
+    from ignite_tf.cluster.forkserver import FORKSERVER_MODES
+    from ignite_tf.runtime.start import READ_AHEAD_MODES
 
     bad = [m for m in args.read_ahead.split(",") if m.strip() and m.strip() not in READ_AHEAD_MODES]
     if bad:
         parser.error(f"--read-ahead {bad}: the modes are {', '.join(READ_AHEAD_MODES)}")
+    bad = [m for m in args.forkserver.split(",") if m.strip() and m.strip() not in FORKSERVER_MODES]
+    if bad:
+        parser.error(f"--forkserver {bad}: the modes are {', '.join(FORKSERVER_MODES)}")
     steps = args.steps or args.rows // BATCH
     if steps < 1 or steps * BATCH > args.rows:
         parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
@@ -442,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
                  startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline,
                  read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()),
+                 forkserver=tuple(m.strip() for m in args.forkserver.split(",") if m.strip()),
                  start_rounds=args.start_rounds)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")

@@ -23,7 +23,7 @@ def tabular_classifier(n_features: int = 16, n_classes: int | None = None, learn
     if n_classes is None or int(n_classes) < 2:
         raise ConfigError(f"tabular_classifier needs n_classes >= 2 (got {n_classes}): the runtime passes it from "
                           f"an integer label column; else give it as a model argument (n_classes=...)")
-    from ignite_tf.runtime.train import import_tf
+    from ignite_tf.runtime.start import import_tf
 
     import_tf()
     import tf_keras

@@ -451,8 +451,8 @@ def test_read_ahead_modes(monkeypatch):
     it. A task is alone on its host unless another task of the cluster has the same host (pods elsewhere do
     not count)."""
     from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.start import alone_on_host, read_ahead_mode
     from ignite_tf.runtime.task import TaskInfo
-    from ignite_tf.runtime.train import _alone_on_host, read_ahead_mode
 
     monkeypatch.delenv("IGNITE_TF_READ_AHEAD", raising=False)
     assert read_ahead_mode() == "auto"
@@ -461,34 +461,66 @@ def test_read_ahead_modes(monkeypatch):
     monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "sometimes")
     with pytest.raises(ConfigError, match="IGNITE_TF_READ_AHEAD='sometimes': use one of auto, process"):
         read_ahead_mode()
-    assert not _alone_on_host(TaskInfo("worker", 1, Mode.SYNC, {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}))
-    assert _alone_on_host(TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1"]}))
+    assert not alone_on_host(TaskInfo("worker", 1, Mode.SYNC, {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}))
+    assert alone_on_host(TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1"]}))
     pods = {"chief": ["c-0.svc:2222"], "worker": ["w-0.svc:2222", "w-1.svc:2222"], "ps": ["p-0.svc:2222"]}
-    assert _alone_on_host(TaskInfo("worker", 1, Mode.ASYNC, pods))
-    assert _alone_on_host(TaskInfo(None, 0, Mode.SYNC, {}))
+    assert alone_on_host(TaskInfo("worker", 1, Mode.ASYNC, pods))
+    assert alone_on_host(TaskInfo(None, 0, Mode.SYNC, {}))
 
 
 def test_when_a_task_reads_ahead(monkeypatch, tmp_path):
-    """auto: in a thread once TensorFlow is imported when the task is alone on its host, else not at all;
+    """auto: in a thread once TensorFlow is imported when the task is alone on its host or TensorFlow was
+    imported before it started (a forked task), else not at all;
     process / thread: during the import; after: after it; never for a resumed run, the async chief (it reads
     feeds) or with off."""
     from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.start import read_ahead_plan
     from ignite_tf.runtime.task import TaskInfo
-    from ignite_tf.runtime.train import _read_ahead_plan
 
     alone = TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1"]})
     worker = TaskInfo("worker", 0, Mode.SYNC, {"worker": ["127.0.0.1:1", "127.0.0.1:2"]})
     backup = tmp_path / "backup"
     monkeypatch.delenv("IGNITE_TF_READ_AHEAD", raising=False)
-    assert _read_ahead_plan(alone, backup) == "after-import"
-    assert _read_ahead_plan(worker, backup) is None
+    assert read_ahead_plan(alone, backup) == "after-import"
+    assert read_ahead_plan(worker, backup) is None
+    assert read_ahead_plan(worker, backup, preloaded=True) == "after-import", "forked: no import to read beside"
     for mode, expected in (("process", "import-process"), ("thread", "import-thread"), ("after", "after-import"),
                            ("off", None)):
         monkeypatch.setenv("IGNITE_TF_READ_AHEAD", mode)
-        assert _read_ahead_plan(worker, backup) == expected
+        assert read_ahead_plan(worker, backup) == expected
     monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "process")
-    assert _read_ahead_plan(TaskInfo("chief", 0, Mode.ASYNC, {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}),
+    assert read_ahead_plan(TaskInfo("chief", 0, Mode.ASYNC, {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}),
                             backup) is None
     backup.mkdir()
     (backup / "chief").mkdir()
-    assert _read_ahead_plan(worker, backup) is None, "a resumed run starts where its backup says"
+    assert read_ahead_plan(worker, backup) is None, "a resumed run starts where its backup says"
+
+
+def test_a_sync_worker_waits_for_the_leader_to_listen():
+    """Workers other than the leader (the chief, else worker 0) wait until its port accepts connections;
+    the leader never waits; a leader that never listens is given up on after the timeout (real sockets)."""
+    import socket
+    import threading
+
+    from ignite_tf.cluster.spec import Mode
+    from ignite_tf.runtime.start import wait_for_leader
+    from ignite_tf.runtime.task import TaskInfo
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster = {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]}
+    assert wait_for_leader(TaskInfo("worker", 0, Mode.SYNC, cluster), timeout=0.0), "the leader does not wait"
+    assert not wait_for_leader(TaskInfo("worker", 1, Mode.SYNC, cluster), timeout=0.3)
+    server = socket.socket()
+    opened = threading.Timer(0.3, lambda: (server.bind(("127.0.0.1", port)), server.listen()))
+    opened.start()
+    try:
+        started = time.monotonic()
+        assert wait_for_leader(TaskInfo("worker", 1, Mode.SYNC, cluster), timeout=30)
+        assert time.monotonic() - started >= 0.25, "it waited for the port to open"
+    finally:
+        opened.join()
+        server.close()
+    with_chief = {"chief": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1"]}
+    assert not wait_for_leader(TaskInfo("worker", 0, Mode.SYNC, with_chief), timeout=0.2), "the chief leads"

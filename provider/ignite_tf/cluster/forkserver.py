@@ -22,6 +22,7 @@ reported (the server died) counts as killed.
 
 from __future__ import annotations
 
+import gc
 import glob
 import importlib
 import json
@@ -170,8 +171,10 @@ def _own_group_dying_with_parent() -> None:  # runs in a child between fork and 
 def serve(requests: int, replies: int, modules: list[str]) -> int:
     """Import ``modules``, then fork a task for each request line read from fd ``requests``; pids and exit
     statuses go to fd ``replies``. Ends when the supervisor closes ``requests``."""
+    gc.disable()  # its passes over the imports' objects cost 15% of the import; the server makes no garbage
     for name in modules:
         importlib.import_module(name)
+    gc.freeze()  # and no child's collection walks (and so copies) the pages of what was imported
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -228,6 +231,7 @@ def _become_task(request: dict, closing: tuple[int, ...]) -> None:
     code = 1
     try:
         signal.set_wakeup_fd(-1)
+        gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in closing:
             os.close(fd)

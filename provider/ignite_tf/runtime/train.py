@@ -40,24 +40,10 @@ from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending, progress, timeline
 from ignite_tf.runtime.report import EpochReporter
+from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
-ENV_READ_AHEAD = "IGNITE_TF_READ_AHEAD"
-READ_AHEAD_MODES = ("auto", "process", "thread", "after", "off")
-
-
-def import_tf():
-    """Import TensorFlow the way the runtime needs it (Keras 2 API through tf_keras)."""
-    if "tensorflow" not in sys.modules:
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    elif os.environ.get("TF_USE_LEGACY_KERAS") != "1":
-        print("warning: tensorflow was imported before TF_USE_LEGACY_KERAS=1 was set; the runtime uses tf_keras "
-              "explicitly, but a model built with tf.keras (Keras 3) will fail under distribution",
-              file=sys.stderr)
-    import tensorflow as tf
-
-    return tf
 
 
 def strategy(mode: Mode | str | None = None):
@@ -72,6 +58,7 @@ def strategy(mode: Mode | str | None = None):
     if info.type is None:
         return tf.distribute.get_strategy()
     if info.mode is Mode.SYNC:
+        wait_for_leader(info)
         return tf.distribute.MultiWorkerMirroredStrategy()
     if info.type != "chief":
         raise ConfigError(f"task {info.type}-{info.index} serves in async mode: call serve(), not strategy(); "
@@ -192,7 +179,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     import ignite_tf.reader.partition  # noqa: F401
     import ignite_tf.runtime.feed  # noqa: F401
 
-    ahead = _read_ahead_plan(info, backup_dir)
+    ahead = read_ahead_plan(info, backup_dir, preloaded="tensorflow" in sys.modules)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
     try:
         prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
@@ -255,46 +242,6 @@ def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] 
     return names, label_name, label_dtype
 
 
-def _read_ahead_plan(info: TaskInfo, backup_dir: Path) -> str | None:
-    """When this task reads its first block ahead: ``"import-process"`` / ``"import-thread"`` (during the
-    TensorFlow import), ``"after-import"`` (in a thread once TensorFlow is imported, while the strategy starts
-    and the step is traced) or None: a resumed run (BackupAndRestore picks the epoch), the async chief (it
-    reads the workers' feeds) and ``IGNITE_TF_READ_AHEAD=off``. ``auto`` reads after the import where the
-    task is alone on its host, else not at all: measured on 2 cores (README, "Start-up and input"), reading
-    during the import slowed the import as much as it saved, and reading beside another task's import slowed
-    that import and so the strategy's start.
-    """
-    how = read_ahead_mode()
-    fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
-    if how == "auto":
-        how = "after" if _alone_on_host(info) else "off"
-    if not fresh or _is_coordinator(info) or how == "off":
-        return None
-    return "after-import" if how == "after" else f"import-{how}"
-
-
-def read_ahead_mode() -> str:
-    """``IGNITE_TF_READ_AHEAD``: ``auto`` (the default, see ``_read_ahead_plan``), ``process`` or ``thread``
-    (during the TensorFlow import), ``after`` (a thread once TensorFlow is imported) or ``off``."""
-    how = os.environ.get(ENV_READ_AHEAD, "auto").strip().lower() or "auto"
-    if how not in READ_AHEAD_MODES:
-        raise ConfigError(f"{ENV_READ_AHEAD}={how!r}: use one of {', '.join(READ_AHEAD_MODES)}")
-    return how
-
-
-def _alone_on_host(info: TaskInfo) -> bool:
-    """Whether no other TensorFlow task of the cluster runs on this task's host (pods on other hosts and a
-    task without TF_CONFIG count as alone)."""
-    me = info.cluster.get(info.type or "", [])[info.index:info.index + 1] if info.type else []
-    host = me[0].rsplit(":", 1)[0] if me else None
-    return sum(1 for tasks in info.cluster.values() for address in tasks if address.rsplit(":", 1)[0] == host) <= 1
-
-
-def _is_coordinator(info: TaskInfo) -> bool:
-    """The async chief: it trains on the workers' feeds through ParameterServerStrategy."""
-    return info.mode is Mode.ASYNC and info.type == "chief"
-
-
 def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
     from ignite_tf.runtime.feed import label_classes
 
@@ -316,7 +263,7 @@ def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_
     """(steps per epoch, examples per step, whether backups are per step) of this task's ``fit``."""
     import ignite_tf.data as itd
 
-    if _is_coordinator(info):
+    if is_coordinator(info):
         steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
         return steps, batch_size, False  # tf_keras backs up PSS training per epoch only
     steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
@@ -340,7 +287,7 @@ def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: s
     """What ``fit`` reads: the async chief the workers' feeds, every other trainer its own shard."""
     from ignite_tf.runtime.feed import feed_dataset_fn, sync_dataset
 
-    if _is_coordinator(info):
+    if is_coordinator(info):
         return tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
             n_features=len(features), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
     ending.quiet_device_datasets()
