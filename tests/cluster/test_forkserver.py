@@ -17,6 +17,7 @@ from ignite_tf import demo_data
 from ignite_tf.cluster import forkserver
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.forkserver import ForkServer
+from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.errors import ConfigError
 from ignite_tf.etl.load import load
@@ -25,9 +26,11 @@ from tests.clusterutil import assert_nothing_left, wait_for
 PROBE = textwrap.dedent('''
     """Reports what it got as JSON on stdout, then ends as argv[1] says: a status, a signal or an exception."""
     import json, os, signal, sys, time
+    hook = sys.modules.get("fshook")
     print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                       "secret": os.environ.get("PROBE_SECRET"), "common": os.environ.get("PROBE_COMMON"),
-                      "preloaded": "json" in sys.modules, "name": open("/proc/self/comm").read().strip()}),
+                      "preloaded": "json" in sys.modules, "name": open("/proc/self/comm").read().strip(),
+                      "hooked": hook.SEEN if hook else None}),
           flush=True)
     how = sys.argv[1]
     if how == "sleep":
@@ -38,15 +41,30 @@ PROBE = textwrap.dedent('''
         os.kill(os.getpid(), signal.SIGKILL)
     sys.exit(int(how))
 ''')
+HOOK = textwrap.dedent('''
+    """The server's hook: what it keeps here, every task forked afterwards finds."""
+    SEEN = []
+
+
+    def preload(args):
+        SEEN.extend(args)
+        if args == ["fail"]:
+            raise ValueError("hook failed on purpose")
+''')
+
+
+def _server(tmp_path, hook=None) -> ForkServer:
+    (tmp_path / "mods").mkdir(exist_ok=True)
+    (tmp_path / "mods" / "fsprobe.py").write_text(PROBE)
+    (tmp_path / "mods" / "fshook.py").write_text(HOOK)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "mods"), "PROBE_COMMON": "c"}
+    with open(tmp_path / "server.log", "ab") as log:
+        return ForkServer(env, str(tmp_path), log, modules=("json",), hook=hook)
 
 
 @pytest.fixture
 def server(tmp_path):
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "fsprobe.py").write_text(PROBE)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "mods"), "PROBE_COMMON": "c"}
-    with open(tmp_path / "server.log", "ab") as log:
-        fs = ForkServer(env, str(tmp_path), log, modules=("json",))
+    fs = _server(tmp_path)
     yield fs
     fs.close()
     assert fs.proc.poll() is not None
@@ -73,8 +91,29 @@ def test_a_forked_task_runs_as_its_own_process_with_its_environment(server, tmp_
     assert got["ppid"] == server.proc.pid, "a child of the server, not of the supervisor"
     assert got["pgid"] == task.pid, "in its own process group, so the supervisor can signal it with its children"
     assert got["secret"] == "s3cret" and got["common"] == "c"
-    assert got["preloaded"] and got["name"] == "tf worker-0"
+    assert got["preloaded"] and got["name"] == "tf worker-0" and got["hooked"] is None
     assert "PROBE_SECRET" not in psutil.Process(server.proc.pid).environ(), "the task's own variables stay its own"
+
+
+def test_what_the_hook_keeps_every_forked_task_finds_and_a_failing_hook_is_only_reported(tmp_path):
+    fs = _server(tmp_path, hook=("fshook:preload", ["columns", "classes"]))
+    try:
+        assert fs.ready(60)
+        for name in ("a", "b"):
+            task, log = _fork(fs, tmp_path, "0", name=name)
+            assert task.wait(30) == 0
+            assert _report(log)["hooked"] == ["columns", "classes"]
+    finally:
+        fs.close()
+    (tmp_path / "f").mkdir()
+    failing = _server(tmp_path / "f", hook=("fshook:preload", ["fail"]))
+    try:
+        assert failing.ready(60), "a failed hook does not keep the server from forking"
+        task, log = _fork(failing, tmp_path / "f", "0")
+        assert task.wait(30) == 0 and _report(log)["hooked"] == ["fail"]
+    finally:
+        failing.close()
+    assert "fshook:preload failed (ValueError: hook failed on purpose)" in (tmp_path / "f" / "server.log").read_text()
 
 
 def test_exit_statuses_signals_and_exceptions_reach_the_supervisor(server, tmp_path):
@@ -174,3 +213,4 @@ def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, 
     wait_for(lambda: not psutil.pid_exists(parent.pid) or parent.status() == psutil.STATUS_ZOMBIE, timeout=15,
              what="the fork server to end with its cluster")
     assert_nothing_left(state.cluster_id, final.run_dir)
+    assert "failed" not in RunFolder(final.run_dir).supervisor_log.read_text(), "the preload hook worked"

@@ -36,12 +36,21 @@ import threading
 import time
 import traceback
 
+from ignite_tf.cluster.commands import RUNTIME_MODULE
 from ignite_tf.cluster.procs import die_with_parent, pid_alive
 from ignite_tf.errors import ConfigError
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
 FORKSERVER_MODES = ("auto", "off")
-PRELOAD = ("tensorflow", "tf_keras", "ignite_tf.runtime.train", "ignite_tf.data", "ignite_tf.models")
+# Imported by the server in this order; the preload hook starts in a thread once the light ones are in, so
+# that it never imports beside TensorFlow.
+LIGHT = ("ignite_tf.runtime.train", "ignite_tf.runtime.feed", "ignite_tf.reader.partition", "ignite_tf.data")
+HEAVY = ("tensorflow", "tf_keras", "ignite_tf.models")
+PRELOAD = LIGHT + HEAVY
+# What the server calls beside its import, with the arguments of the module it will fork: the runtime reads
+# the cluster's columns and label classes there once for all its tasks.
+HOOKS = {RUNTIME_MODULE: "ignite_tf.runtime.train:preload"}
+HOOK_TIMEOUT_S = 60.0
 GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/kfd")
 
 
@@ -92,13 +101,18 @@ class ForkServer:
         whose server and tasks these are; a forked task keeps that command line, and is named after its task).
     :param log: the file (open, binary) its own output goes to.
     :param modules: what it imports before it forks (``PRELOAD``).
+    :param hook: ``("module:function", args)`` it calls in a thread beside its imports, before it says it is
+        ready; what the function keeps in its module, the forked tasks inherit. A hook that fails is only
+        reported in the server's output; one still running after ``HOOK_TIMEOUT_S`` ends the server.
     """
 
-    def __init__(self, env: dict[str, str], cwd: str, log, modules: tuple[str, ...] = PRELOAD):
+    def __init__(self, env: dict[str, str], cwd: str, log, modules: tuple[str, ...] = PRELOAD,
+                 hook: tuple[str, list[str]] | None = None):
         req_r, self._requests = os.pipe()
         self._replies, rep_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, cwd, str(req_r), str(rep_w), *modules], env=env, cwd=cwd,
+            [sys.executable, "-m", __name__, cwd, str(req_r), str(rep_w),
+             json.dumps({"modules": list(modules), "hook": hook})], env=env, cwd=cwd,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
             preexec_fn=_own_group_dying_with_parent,
         )
@@ -168,12 +182,23 @@ def _own_group_dying_with_parent() -> None:  # runs in a child between fork and 
 
 
 # -- the server's side -----------------------------------------------------------------------------------------
-def serve(requests: int, replies: int, modules: list[str]) -> int:
-    """Import ``modules``, then fork a task for each request line read from fd ``requests``; pids and exit
-    statuses go to fd ``replies``. Ends when the supervisor closes ``requests``."""
+def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list[str]] | None = None) -> int:
+    """Import ``modules`` (calling ``hook`` beside the heavy ones), then fork a task for each request line read
+    from fd ``requests``; pids and exit statuses go to fd ``replies``. Ends when the supervisor closes
+    ``requests``."""
     gc.disable()  # its passes over the imports' objects cost 15% of the import; the server makes no garbage
-    for name in modules:
+    light = [m for m in modules if m not in HEAVY]
+    for name in light:
         importlib.import_module(name)
+    helper = _start_hook(*hook) if hook else None
+    for name in modules:
+        if name not in light:
+            importlib.import_module(name)
+    if helper is not None:
+        helper.join(HOOK_TIMEOUT_S)
+        if helper.is_alive():  # never fork beside a running thread
+            print(f"fork server: {hook[0]} still running after {HOOK_TIMEOUT_S:.0f}s", flush=True)
+            return 1
     gc.freeze()  # and no child's collection walks (and so copies) the pages of what was imported
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -209,6 +234,21 @@ def _name_process(name: str) -> None:
 
     PR_SET_NAME = 15
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+def _start_hook(call: str, args: list[str]) -> threading.Thread:
+    module, _, name = call.partition(":")
+
+    def run():
+        try:
+            getattr(importlib.import_module(module), name)(args)
+        except BaseException as exc:  # noqa: BLE001 - each task meets the same failure and reports it
+            print(f"fork server: {call} failed ({type(exc).__name__}: {exc}); each task does it itself",
+                  flush=True)
+
+    helper = threading.Thread(target=run, name="forkserver-hook", daemon=True)
+    helper.start()
+    return helper
 
 
 def _reap(replies: int) -> None:
@@ -274,4 +314,5 @@ def _become_task(request: dict, closing: tuple[int, ...]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]))  # argv[1]: the run folder, for ps
+    _config = json.loads(sys.argv[4])  # argv[1]: the run folder, for ps
+    sys.exit(serve(int(sys.argv[2]), int(sys.argv[3]), _config["modules"], _config["hook"]))

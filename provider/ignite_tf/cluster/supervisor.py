@@ -140,10 +140,12 @@ class Supervisor:
         """Start the fork server when a task would use it; its environment is what all tasks' have in common."""
         envs = [self.task_env(t) for t in self.spec.tasks]
         common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
-        if self.forks and forkserver.wanted(common) and any(
-                forkserver.module_of(self.command_for(self.spec, t)) for t in self.spec.tasks):
+        targets = [forkserver.module_of(self.command_for(self.spec, t)) for t in self.spec.tasks]
+        if self.forks and forkserver.wanted(common) and any(targets):
+            module, args = next(t for t in [targets[self.spec.tasks.index(self.spec.chief)], *targets] if t)
+            hook = (forkserver.HOOKS[module], args) if module in forkserver.HOOKS else None
             sys.stdout.flush()
-            self.forkserver = forkserver.ForkServer(common, self.spec.run_dir, sys.stdout)
+            self.forkserver = forkserver.ForkServer(common, self.spec.run_dir, sys.stdout, hook=hook)
 
     def forkserver_ready(self) -> bool:
         """Wait for the fork server's imports (recording state meanwhile); on failure go on without it."""
@@ -292,6 +294,7 @@ class Supervisor:
                    + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
         try:
             self.start_forkserver()
+            self.save(force=True)  # the launcher returns once this is recorded, not once the server is ready
             self.start_all()
             while True:
                 outcome = self.step()

@@ -30,7 +30,7 @@ import shutil
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -182,11 +182,13 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ahead = read_ahead_plan(info, backup_dir, preloaded="tensorflow" in sys.modules)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
     try:
-        prepared = pool.submit(_prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
-                               {"import-process": True, "import-thread": "thread"}.get(ahead, False))
+        shared = _PRELOADED.get((plan.partition_map.cache, label_column, tuple(features or ())))
+        prepared = _done(shared[0]) if shared else pool.submit(
+            _prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
+            {"import-process": True, "import-thread": "thread"}.get(ahead, False))
         # The label's classes too (one SQL aggregate), taken only if the model function asks for them.
-        classes = (pool.submit(lambda: _label_classes(plan, prepared.result()))
-                   if "n_classes" not in (model_kwargs or {}) else None)
+        classes = None if "n_classes" in (model_kwargs or {}) else _done(shared[1]) if shared else (
+            pool.submit(lambda: _label_classes(plan, prepared.result())))
         tf = import_tf()
         import tf_keras
 
@@ -226,6 +228,37 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
             "chief": info.is_chief}
+
+
+# What ``preload`` read in the fork server, by (cache, label column, features): its forked tasks inherit it.
+_PRELOADED: dict[tuple, tuple[tuple[list[str], str, Any], int | None]] = {}
+
+
+def preload(argv: list[str]) -> None:
+    """Called by the fork server (``ignite_tf.cluster.forkserver``) beside its TensorFlow import, with the
+    runtime's arguments: read what every training task of the cluster reads first, the columns and the
+    label's classes, once; the tasks forked afterwards find it and skip those queries. A failure here is left
+    for each task to meet and report itself."""
+    args = build_parser().parse_args(argv)
+    if args.serve or not args.entry_point:
+        return
+    import ignite_tf.data as itd
+
+    plan = itd.load_plan(None)
+    features = _features(args.features)
+    found = _prepare_input(task_info(), plan, args.label_column, features, args.batch_size, args.shuffle_buffer, False)
+    _PRELOADED[(plan.partition_map.cache, args.label_column, tuple(features or ()))] = (
+        found, _label_classes(plan, found))
+
+
+def _done(value):
+    future = Future()
+    future.set_result(value)
+    return future
+
+
+def _features(text: str | None) -> list[str] | None:
+    return [f.strip() for f in text.split(",") if f.strip()] if text else None
 
 
 def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] | None, batch_size: int,
@@ -367,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    features = [f.strip() for f in args.features.split(",") if f.strip()] if args.features else None
+    features = _features(args.features)
     progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
