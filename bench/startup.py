@@ -1,7 +1,8 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
-                                      [--start-rounds N] [--read-ahead MODES] [--forkserver MODES] [--baseline DIR]
+                                      [--start-rounds N] [--read-ahead MODES] [--forkserver MODES]
+                                  [--baseline DIR [--baseline-forkserver MODE]]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -19,7 +20,11 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   The chief's ``timing:`` lines (``ignite_tf.runtime.timeline``) split it: to the runtime's
                   start (discovery, plan, supervisor, Python), TF imported, strategy ready (TF_CONFIG, gRPC
                   servers, every worker joined), fit started (plan, columns, model, dataset) and the first
-                  step (tracing, the first read, the step);
+                  step (tracing, the first read, the step). Variants run side by side, alternating which
+                  goes first: ``--read-ahead`` and ``--forkserver`` modes (``IGNITE_TF_READ_AHEAD``,
+                  ``IGNITE_TF_FORKSERVER``: ``off`` starts each task as a new process, as before the fork
+                  server), and ``--baseline DIR``, whose tasks import the ``ignite_tf`` under DIR (an older
+                  commit's ``provider/``; ``--baseline-forkserver off`` for one from before the fork server);
   bare_first_step_s  the same for a bare TensorFlow program (``bench/startup_bare.py``: the same model under
                   MultiWorkerMirroredStrategy, its rows in memory, no Ignite and no supervisor) launched as
                   as many local processes beside each cluster: first_step_s / bare_first_step_s is what
@@ -235,7 +240,7 @@ def _reap(pid: int) -> None:
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
-        forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3) -> dict:
+        forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto") -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
@@ -266,7 +271,8 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             # Each variant (read-ahead and fork server modes), and the baseline, alternating which goes first,
             # start_rounds times over.
             variants = [(None, {"IGNITE_TF_READ_AHEAD": ra, "IGNITE_TF_FORKSERVER": fs})
-                        for fs in forkserver for ra in read_ahead] + ([(baseline, {})] if baseline else [])
+                        for fs in forkserver for ra in read_ahead] + (
+                [(baseline, {"IGNITE_TF_FORKSERVER": baseline_forkserver})] if baseline else [])
             for i, workers in enumerate([w for _ in range(start_rounds) for w in WORKER_COUNTS] if startup else ()):
                 for provider, settings in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
@@ -325,7 +331,7 @@ def _key(start: dict) -> str:
 
 def _variant(start: dict) -> str:
     if start["baseline"]:
-        return " (baseline)"
+        return f" (baseline{', ' + start['variant'] if start['variant'] else ''})"
     return f" ({start['variant']})" if start["variant"] else ""
 
 
@@ -439,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="DIR",
                         help="also start each cluster with its tasks importing the ignite_tf under DIR (e.g. an "
                              "older commit's provider/), alternating with this one's, for before/after in one run")
+    parser.add_argument("--baseline-forkserver", default="auto", metavar="MODE",
+                        help="IGNITE_TF_FORKSERVER of the baseline's clusters (default auto; off for a provider "
+                             "from before the fork server, whose tasks were each a new process)")
     args = parser.parse_args(argv)
     from ignite_tf.cluster.forkserver import FORKSERVER_MODES
     from ignite_tf.runtime.start import READ_AHEAD_MODES
@@ -460,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                  startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline,
                  read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()),
                  forkserver=tuple(m.strip() for m in args.forkserver.split(",") if m.strip()),
-                 start_rounds=args.start_rounds)
+                 start_rounds=args.start_rounds, baseline_forkserver=args.baseline_forkserver)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:
