@@ -18,7 +18,8 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
                   the chief; each cluster trains one short epoch and must finish with nothing left running.
                   The chief's ``timing:`` lines (``ignite_tf.runtime.timeline``) split it: to the runtime's
-                  start (discovery, plan, supervisor, Python), TF imported, strategy ready (TF_CONFIG, gRPC
+                  start (discovery, plan, supervisor, Python; for a task forked from the fork server, also
+                  the server's imports), TF imported, strategy ready (TF_CONFIG, gRPC
                   servers, every worker joined), fit started (plan, columns, model, dataset) and the first
                   step (tracing, the first read, the step). Variants run side by side, alternating which
                   goes first: ``--read-ahead`` and ``--forkserver`` modes (``IGNITE_TF_READ_AHEAD``,
@@ -368,7 +369,8 @@ def table(r: dict) -> str:
             "cache) timed right before each cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
             "local processes (the same model under MultiWorkerMirroredStrategy, its rows in memory: no Ignite, "
             "no supervisor), launch to its first step, timed alternately before and after that cluster; the '-> name' columns are the seconds from the moment before "
-            "to the chief's timeline mark (runtime_started: launch, supervisor, Python; tf_imported; "
+            "to the chief's timeline mark (runtime_started: launch, supervisor, Python, and with the fork server "
+            "its imports; tf_imported: the import, or nothing for a forked task; "
             "strategy_ready: TF_CONFIG, gRPC, all workers joined; fit_start: plan, columns, model, dataset; "
             "first_step: tracing, first read, the step).",
             "",
