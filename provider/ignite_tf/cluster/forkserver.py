@@ -22,6 +22,7 @@ reported (the server died) counts as killed.
 
 from __future__ import annotations
 
+import functools
 import gc
 import glob
 import importlib
@@ -114,7 +115,7 @@ class ForkServer:
             [sys.executable, "-m", __name__, cwd, str(req_r), str(rep_w),
              json.dumps({"modules": list(modules), "hook": hook})], env=env, cwd=cwd,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
-            preexec_fn=_own_group_dying_with_parent,
+            preexec_fn=functools.partial(_own_group_dying_with, os.getpid()),
         )
         os.close(req_r)
         os.close(rep_w)
@@ -176,9 +177,13 @@ class ForkServer:
             self.proc.wait()
 
 
-def _own_group_dying_with_parent() -> None:  # runs in a child between fork and exec (or run)
+def _own_group_dying_with(parent: int) -> None:  # runs in a child between fork and exec (or run)
+    """Its own process group, and SIGKILL when ``parent`` (the pid that forked it, taken before the fork)
+    dies; a parent already gone ends it at once (it may have died before ``prctl`` took effect)."""
     os.setpgid(0, 0)
     die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 # -- the server's side -----------------------------------------------------------------------------------------
@@ -205,7 +210,7 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     _reply(replies, {"ready": os.getpid()})
-    pending = b""
+    pending, server = b"", os.getpid()  # the children's parent, taken before any fork
     while True:
         try:
             readable, _, _ = select.select([requests, wake_r], [], [])
@@ -225,7 +230,7 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _become_task(json.loads(line), closing=(requests, replies, wake_r, wake_w))
+                    _become_task(json.loads(line), server, closing=(requests, replies, wake_r, wake_w))
                 _reply(replies, {"pid": pid})
 
 
@@ -266,19 +271,16 @@ def _reply(fd: int, message: dict) -> None:
     os.write(fd, json.dumps(message).encode() + b"\n")
 
 
-def _become_task(request: dict, closing: tuple[int, ...]) -> None:
+def _become_task(request: dict, server: int, closing: tuple[int, ...]) -> None:
     """In the child: become the task and never return to the server's loop."""
     code = 1
     try:
+        _own_group_dying_with(server)
         signal.set_wakeup_fd(-1)
         gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in closing:
             os.close(fd)
-        server = os.getppid()
-        _own_group_dying_with_parent()
-        if os.getppid() != server:  # the server died before prctl took effect
-            os._exit(1)
         _name_process(f"tf {request['name']}")
         os.chdir(request["cwd"])
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
