@@ -38,7 +38,7 @@ import time
 import traceback
 
 from ignite_tf.cluster.commands import RUNTIME_MODULE
-from ignite_tf.cluster.procs import die_with_parent, pid_alive
+from ignite_tf.cluster.procs import own_group_dying_with, pid_alive
 from ignite_tf.errors import ConfigError
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
@@ -115,7 +115,7 @@ class ForkServer:
             [sys.executable, "-m", __name__, cwd, str(req_r), str(rep_w),
              json.dumps({"modules": list(modules), "hook": hook})], env=env, cwd=cwd,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w),
-            preexec_fn=functools.partial(_own_group_dying_with, os.getpid()),
+            preexec_fn=functools.partial(own_group_dying_with, os.getpid()),
         )
         os.close(req_r)
         os.close(rep_w)
@@ -175,15 +175,6 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def _own_group_dying_with(parent: int) -> None:  # runs in a child between fork and exec (or run)
-    """Its own process group, and SIGKILL when ``parent`` (the pid that forked it, taken before the fork)
-    dies; a parent already gone ends it at once (it may have died before ``prctl`` took effect)."""
-    os.setpgid(0, 0)
-    die_with_parent()
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 # -- the server's side -----------------------------------------------------------------------------------------
@@ -275,7 +266,7 @@ def _become_task(request: dict, server: int, closing: tuple[int, ...]) -> None:
     """In the child: become the task and never return to the server's loop."""
     code = 1
     try:
-        _own_group_dying_with(server)
+        own_group_dying_with(server)
         signal.set_wakeup_fd(-1)
         gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -74,6 +74,16 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def own_group_dying_with(parent: int) -> None:  # runs in a child between fork and exec (or run)
+    """Its own process group, and SIGKILL when ``parent`` (the pid that forks it, taken before the fork: use
+    ``functools.partial(own_group_dying_with, os.getpid())``) dies; a parent already gone ends it at once, as
+    it may have died before ``prctl`` took effect (checking for pid 1 instead misses a subreaper)."""
+    os.setpgid(0, 0)
+    die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def kill_and_wait(pid: int, sig: int = signal.SIGTERM, wait: float = 20,
                   proc: subprocess.Popen | None = None) -> None:
     """Signal the process group led by ``pid``; SIGKILL it each time it outlives ``wait`` seconds."""

@@ -21,6 +21,7 @@ an Airflow task that defers or a CLI that detaches). It
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -34,6 +35,7 @@ from ignite_tf.cluster.bytecode import with_bytecode_cache
 from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
+from ignite_tf.cluster.procs import own_group_dying_with
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 from ignite_tf.runtime import progress
@@ -43,15 +45,6 @@ HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
 # Put first on every task's PYTHONPATH: its sitecustomize ends a task at once on an uncaught exception.
 TASKBOOT_DIR = str(Path(__file__).resolve().parent.parent / "resources" / "taskboot")
-
-
-def _child_setup() -> None:  # runs in the child between fork and exec
-    import ctypes
-
-    os.setpgid(0, 0)
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the supervisor died before prctl took effect
-        os._exit(1)
 
 
 def _listening(host: str, port: int) -> bool:
@@ -172,7 +165,7 @@ class Supervisor:
         else:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, preexec_fn=_child_setup)
+                                        stderr=subprocess.STDOUT, preexec_fn=functools.partial(own_group_dying_with, os.getpid()))
         self.procs[task.name] = proc
         ts = self.tstate(task)
         ts.pid, ts.state, ts.exit_code = proc.pid, "starting", None
