@@ -40,6 +40,7 @@ import traceback
 from ignite_tf.cluster.commands import RUNTIME_MODULE
 from ignite_tf.cluster.procs import own_group_dying_with, pid_alive
 from ignite_tf.errors import ConfigError
+from ignite_tf.runtime.ending import exit_now
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
 FORKSERVER_MODES = ("auto", "off")
@@ -298,12 +299,7 @@ def _become_task(request: dict, server: int, closing: tuple[int, ...]) -> None:
     except BaseException:  # noqa: BLE001 - a task's failure ends the task, never the server
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream must not keep the process alive
-                pass
-        os._exit(code)
+        exit_now(code)  # its output flushed, without Python's or TensorFlow's exit work, as the runtime ends
 
 
 if __name__ == "__main__":
