@@ -59,7 +59,6 @@ class Supervisor:
     ``exit_detail`` and ``waiting_reason``."""
 
     poll_s = POLL_S
-    forks = True  # runtime tasks are forked from a fork server where ``forkserver.wanted``
 
     def __init__(self, spec: ClusterSpec, store: StateStore, command_for):
         self.spec = spec
@@ -134,7 +133,7 @@ class Supervisor:
         envs = [self.task_env(t) for t in self.spec.tasks]
         common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
         targets = [forkserver.module_of(self.command_for(self.spec, t)) for t in self.spec.tasks]
-        if self.forks and forkserver.wanted(common) and any(targets):
+        if forkserver.wanted(common) and any(targets):
             module, args = next(t for t in [targets[self.spec.tasks.index(self.spec.chief)], *targets] if t)
             hook = (forkserver.HOOKS[module], args) if module in forkserver.HOOKS else None
             sys.stdout.flush()

@@ -182,7 +182,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ahead = read_ahead_plan(info, backup_dir, preloaded="tensorflow" in sys.modules)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
     try:
-        shared = _PRELOADED.get((plan.partition_map.cache, label_column, tuple(features or ())))
+        shared = _PRELOADED.get(_preload_key(plan, label_column, features))
         prepared = _done(shared[0]) if shared else pool.submit(
             _prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
             {"import-process": True, "import-thread": "thread"}.get(ahead, False))
@@ -247,8 +247,11 @@ def preload(argv: list[str]) -> None:
     plan = itd.load_plan(None)
     features = _features(args.features)
     found = _prepare_input(task_info(), plan, args.label_column, features, args.batch_size, args.shuffle_buffer, False)
-    _PRELOADED[(plan.partition_map.cache, args.label_column, tuple(features or ()))] = (
-        found, _label_classes(plan, found))
+    _PRELOADED[_preload_key(plan, args.label_column, features)] = (found, _label_classes(plan, found))
+
+
+def _preload_key(plan, label_column: str, features: list[str] | None) -> tuple:
+    return plan.partition_map.cache, label_column, tuple(features or ())
 
 
 def _done(value):
