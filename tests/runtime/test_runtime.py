@@ -524,3 +524,27 @@ def test_a_sync_worker_waits_for_the_leader_to_listen():
         server.close()
     with_chief = {"chief": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1"]}
     assert not wait_for_leader(TaskInfo("worker", 0, Mode.SYNC, with_chief), timeout=0.2), "the chief leads"
+
+
+def test_tensorflow_is_imported_without_pandas_and_fit_still_takes_pandas_inputs():
+    """``import_tf`` leaves pandas out of TensorFlow's import (tf_keras's data adapter imported it only to
+    recognise pandas inputs); once the program imports pandas, ``fit`` on a DataFrame and a Series trains as
+    it did. A fresh interpreter, real TensorFlow."""
+    code = """if True:
+        import sys
+        from ignite_tf.runtime.start import import_tf
+        import_tf()
+        assert "pandas" not in sys.modules, "pandas came with TensorFlow's import"
+        import numpy as np, pandas as pd, tf_keras
+        from tf_keras.src.engine import data_adapter
+        x = pd.DataFrame({"a": np.arange(32.0), "b": np.ones(32)})
+        assert isinstance(x, data_adapter.pd.DataFrame) and not isinstance(x.to_numpy(), data_adapter.pd.DataFrame)
+        model = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        history = model.fit(x, pd.Series(np.arange(32.0)), epochs=2, batch_size=8, verbose=0)
+        assert len(history.history["loss"]) == 2, history.history
+        print("ok")
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -44,10 +44,11 @@ from ignite_tf.runtime.ending import exit_now
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
 FORKSERVER_MODES = ("auto", "off")
-# Imported by the server in this order; the preload hook starts in a thread once the light ones are in, so
-# that it never imports beside TensorFlow.
+# Loaded by the server in this order ("module:function" is called: TensorFlow and tf_keras imported the way
+# the runtime imports them); the preload hook starts in a thread once the light ones are in, so that it never
+# imports beside TensorFlow.
 LIGHT = ("ignite_tf.runtime.train", "ignite_tf.runtime.feed", "ignite_tf.reader.partition", "ignite_tf.data")
-HEAVY = ("tensorflow", "tf_keras", "ignite_tf.models")
+HEAVY = ("ignite_tf.runtime.start:import_tf", "ignite_tf.models")
 PRELOAD = LIGHT + HEAVY
 # What the server calls beside its import, with the arguments of the module it will fork: the runtime reads
 # the cluster's columns and label classes there once for all its tasks.
@@ -102,7 +103,7 @@ class ForkServer:
     :param cwd: its working directory (the cluster's run folder: its command line names it, so ``ps`` shows
         whose server and tasks these are; a forked task keeps that command line, and is named after its task).
     :param log: the file (open, binary) its own output goes to.
-    :param modules: what it imports before it forks (``PRELOAD``).
+    :param modules: what it imports before it forks (``PRELOAD``); ``"module:function"`` is imported and called.
     :param hook: ``("module:function", args)`` it calls in a thread beside its imports, before it says it is
         ready; what the function keeps in its module, the forked tasks inherit. A hook that fails is only
         reported in the server's output; one still running after ``HOOK_TIMEOUT_S`` ends the server.
@@ -186,11 +187,11 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
     gc.disable()  # its passes over the imports' objects cost 15% of the import; the server makes no garbage
     light = [m for m in modules if m not in HEAVY]
     for name in light:
-        importlib.import_module(name)
+        _load(name)
     helper = _start_hook(*hook) if hook else None
     for name in modules:
         if name not in light:
-            importlib.import_module(name)
+            _load(name)
     if helper is not None:
         helper.join(HOOK_TIMEOUT_S)
         if helper.is_alive():  # never fork beside a running thread
@@ -224,6 +225,13 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
                 if pid == 0:
                     _become_task(json.loads(line), server, closing=(requests, replies, wake_r, wake_w))
                 _reply(replies, {"pid": pid})
+
+
+def _load(name: str) -> None:
+    module, _, call = name.partition(":")
+    loaded = importlib.import_module(module)
+    if call:
+        getattr(loaded, call)()
 
 
 def _name_process(name: str) -> None:
