@@ -19,9 +19,10 @@ from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.forkserver import ForkServer
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import LocalStateStore, Status
-from ignite_tf.errors import ConfigError
+from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.etl.load import load
-from tests.clusterutil import assert_nothing_left, wait_for
+from ignite_tf.plan.partitions import PartitionMap
+from tests.clusterutil import assert_nothing_left, cluster_processes, wait_for
 
 PROBE = textwrap.dedent('''
     """Reports what it got as JSON on stdout, then ends as argv[1] says: a status, a signal or an exception."""
@@ -188,15 +189,26 @@ def test_forking_is_wanted_only_where_no_gpu_is_initialised_at_import(tmp_path, 
 @pytest.mark.parametrize("how", ["auto", "off"])
 def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, tmp_path, monkeypatch):
     """Two sync workers train for real; with the fork server both are children of one server process that
-    imported TensorFlow, and it ends with the cluster; with ``off`` they are the supervisor's own children."""
+    imported TensorFlow, and it ends with the cluster; with ``off`` they are the supervisor's own children.
+    The fork server starts while the shard plan is made: discovery here waits until it runs (the real
+    discovery follows), and the tasks are then forked from that very server."""
     monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setenv("IGNITE_TF_FORKSERVER", how)
-    cache = "forkserver_train"
+    cache, cluster_id = "forkserver_train", f"forked-{how}"
     load(ignite_conn, cache, demo_data.tabular(1200, seed=3), key="id")
+    early = []
+    if how == "auto":
+        discover = PartitionMap.discover
+
+        def discover_once_the_server_runs(conn, cache, **kwargs):
+            early.extend(wait_for(lambda: _forkservers(cluster_id), timeout=120, what="the fork server"))
+            return discover(conn, cache, **kwargs)
+
+        monkeypatch.setattr(PartitionMap, "discover", discover_once_the_server_runs)
     launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
     state = start_cluster(cache, {"entry_point": "ignite_tf.models:tabular_classifier",
                                   "args": ["--epochs", "30", "--batch-size", "32", "--label-column", "label"]},
-                          conn=ignite_conn, launcher=launcher, mode="sync", workers=2)
+                          conn=ignite_conn, launcher=launcher, mode="sync", workers=2, cluster_id=cluster_id)
     wait_for(lambda: launcher.status(state.cluster_id).status is Status.RUNNING, timeout=300, what="running")
     running = launcher.status(state.cluster_id)
     parents = {psutil.Process(t.pid).ppid() for t in running.tasks}
@@ -205,6 +217,7 @@ def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, 
     if how == "auto":
         assert parent.cmdline()[1:3] == ["-m", "ignite_tf.cluster.forkserver"]
         assert parent.ppid() == running.supervisor_pid
+        assert [p.pid for p in early] == [parent.pid], "the server started before the plan forked the tasks"
     else:
         assert parent.pid == running.supervisor_pid
     final = launcher.wait(state.cluster_id, timeout=300)
@@ -214,3 +227,58 @@ def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, 
              what="the fork server to end with its cluster")
     assert_nothing_left(state.cluster_id, final.run_dir)
     assert "failed" not in RunFolder(final.run_dir).supervisor_log.read_text(), "the preload hook worked"
+
+
+def _forkservers(cluster_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[1:3] == ["-m", "ignite_tf.cluster.forkserver"] and cluster_id in " ".join(cmdline):
+            found.append(proc)
+    return found
+
+
+def test_a_launch_given_up_while_planning_leaves_nothing(ignite_conn, tmp_path, monkeypatch):
+    """The supervisor and its fork server start while the shard plan is made; discovery then fails (no such
+    cache): the error reaches the caller, and neither process nor any recorded state is left."""
+    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
+    launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
+    discover, seen = PartitionMap.discover, []
+
+    def discover_once_the_server_runs(conn, cache, **kwargs):
+        seen.extend(wait_for(lambda: _forkservers("given-up"), timeout=120, what="the fork server"))
+        return discover(conn, cache, **kwargs)
+
+    monkeypatch.setattr(PartitionMap, "discover", discover_once_the_server_runs)
+    with pytest.raises(CacheNotFoundError, match="no_such_cache"):
+        start_cluster("no_such_cache", {"entry_point": "ignite_tf.models:tabular_classifier", "args": []},
+                      conn=ignite_conn, launcher=launcher, mode="sync", workers=2, cluster_id="given-up")
+    assert seen, "the fork server was running while the plan was made"
+    assert launcher.find("given-up") is None, "no state was recorded"
+    run_dir = RunFolder.of("given-up", tmp_path / "runs").path
+    wait_for(lambda: not cluster_processes("given-up", run_dir), timeout=15, what="the supervisor and its server to end")
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in seen)
+
+
+def test_the_fork_server_started_for_a_draft_spec_suits_the_final_one(tmp_path):
+    """The settings the server starts with (``settings_for``) leave out what differs between tasks, so a
+    draft made before the plan (one worker) and the final spec (three) agree; a different environment or
+    job does not. No process is started."""
+    from ignite_tf.cluster.commands import task_command
+    from ignite_tf.cluster.spec import build_spec
+    from ignite_tf.cluster.supervisor import Supervisor
+
+    def settings(workers, env=None, args=("--epochs", "1")):
+        spec = build_spec(cluster_id="c1", cache="t", mode="sync", workers=workers, run_dir=str(tmp_path / "c1"),
+                          job={"entry_point": "ignite_tf.models:tabular_classifier", "args": list(args)},
+                          shard_plan_path=str(tmp_path / "plan.json"), env=env)
+        supervisor = Supervisor(spec, LocalStateStore(tmp_path / "state"), task_command)
+        return forkserver.settings_for(spec, supervisor.task_env, task_command)
+
+    draft = settings(1)
+    assert draft is not None and "TF_CONFIG" not in draft[0]
+    assert draft[1] == (forkserver.HOOKS["ignite_tf.runtime"],
+                        ["--entry-point", "ignite_tf.models:tabular_classifier", "--epochs", "1"])
+    assert settings(3) == draft
+    assert settings(3, env=["EXTRA=1"]) != draft
+    assert settings(3, args=("--epochs", "2")) != draft

@@ -104,22 +104,29 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     folder = RunFolder.of(cluster_id, run_root)
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
-    if plan is None:
+    if plan is not None and workers not in (None, plan.workers):
+        raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
+    plan_path = folder.shard_plan
+    job = dict(job)
+    if "job_dir" in job:
+        job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
+
+    def spec_for(workers: int, worker_hosts=None):
+        return build_spec(
+            cluster_id=cluster_id, cache=cache, mode=mode, workers=workers, ps=ps, run_dir=run_dir, job=job,
+            worker_hosts=worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
+            startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
+            restart_policy=restart_policy, progress_timeout_s=progress_timeout_s, labels=labels,
+        )
+
+    if plan is not None:
+        plan.save(plan_path)
+        return launcher.launch(spec_for(plan.workers, plan.worker_hosts))
+    plan_path.unlink(missing_ok=True)  # the fork server's preload waits for this run's plan, never reads an older one
+    with launcher.launching(spec_for(workers or 1)) as launch:
         pm = PartitionMap.discover(conn, cache)
         workers = workers or len(pm.nodes)
         plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
                                seed=seed, conn=conn)
-    elif workers not in (None, plan.workers):
-        raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
-    plan_path = folder.shard_plan
-    plan.save(plan_path)
-    job = dict(job)
-    if "job_dir" in job:
-        job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
-    spec = build_spec(
-        cluster_id=cluster_id, cache=cache, mode=mode, workers=plan.workers, ps=ps, run_dir=run_dir, job=job,
-        worker_hosts=plan.worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
-        startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
-        restart_policy=restart_policy, progress_timeout_s=progress_timeout_s, labels=labels,
-    )
-    return launcher.launch(spec)
+        plan.save(plan_path)
+        return launch(spec_for(plan.workers, plan.worker_hosts))

@@ -39,6 +39,7 @@ import traceback
 
 from ignite_tf.cluster.commands import RUNTIME_MODULE
 from ignite_tf.cluster.procs import own_group_dying_with, pid_alive
+from ignite_tf.cluster.spec import PER_TASK_ENV, ClusterSpec
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime.ending import exit_now
 
@@ -55,6 +56,19 @@ PRELOAD = LIGHT + HEAVY
 HOOKS = {RUNTIME_MODULE: "ignite_tf.runtime.train:preload"}
 HOOK_TIMEOUT_S = 60.0
 GPU_DEVICES = ("/dev/nvidia[0-9]*", "/dev/kfd")
+
+
+def settings_for(spec: ClusterSpec, task_env, command_for) -> tuple[dict[str, str], tuple | None] | None:
+    """``(env, hook)`` of the fork server for ``spec``'s cluster, or None when none of its tasks would be
+    forked (``wanted``, ``module_of``). ``env`` is a task's environment (``task_env(task)``) but for the
+    variables of its own (``PER_TASK_ENV``); the hook is that of the module the chief runs, else the first
+    forked task's, called with its arguments."""
+    env = {k: v for k, v in task_env(spec.chief).items() if k not in PER_TASK_ENV}
+    targets = [module_of(command_for(spec, t)) for t in [spec.chief, *spec.tasks]]
+    if not wanted(env) or not any(targets):
+        return None
+    module, args = next(t for t in targets if t)
+    return env, ((HOOKS[module], args) if module in HOOKS else None)
 
 
 def wanted(env: dict[str, str]) -> bool:
@@ -111,6 +125,7 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str], cwd: str, log, modules: tuple[str, ...] = PRELOAD,
                  hook: tuple[str, list[str]] | None = None):
+        self.settings = (env, hook)  # as settings_for gives them
         req_r, self._requests = os.pipe()
         self._replies, rep_w = os.pipe()
         self.proc = subprocess.Popen(

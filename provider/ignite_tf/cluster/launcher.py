@@ -8,6 +8,7 @@ is an allowlist (``environment.py``), not the caller's.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.procs import pid_alive
@@ -32,6 +35,13 @@ class Launcher(ABC):
     @abstractmethod
     def launch(self, spec: ClusterSpec) -> ClusterState:
         """Start the cluster and return once its state is recorded (the tasks may still be starting)."""
+
+    @contextmanager
+    def launching(self, draft: ClusterSpec) -> Iterator[Callable[[ClusterSpec], ClusterState]]:
+        """While the block makes the shard plan, start what does not depend on it (``draft`` is the cluster
+        but for the plan's workers and hosts); yields ``launch``, to call with the final spec. Here: nothing
+        starts early."""
+        yield self.launch
 
     @abstractmethod
     def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
@@ -128,16 +138,53 @@ class LocalLauncher(Launcher):
         existing = self.store.get(spec.cluster_id)
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing  # idempotent: never a second cluster under one id
+        spec_path = self._save(spec)
+        return self._recorded(spec, self._start_supervisor(spec, self.supervisor_command(spec_path)), timeout)
+
+    @contextmanager
+    def launching(self, draft: ClusterSpec) -> Iterator[Callable[[ClusterSpec], ClusterState]]:
+        """Start the supervisor with ``draft`` while the shard plan is made: it starts its fork server, so
+        TensorFlow is imported meanwhile. The draft goes to the supervisor's standard input as one line; a
+        second line says the final spec is saved; leaving the block without launching closes the input, and
+        the supervisor ends with its fork server (``supervisor.main``)."""
+        command = self.supervisor_command(draft.folder.spec, after_plan=True)
+        proc = self._start_supervisor(draft, command, stdin=subprocess.PIPE)
+        launched = False
+
+        def launch(spec: ClusterSpec, timeout: float = 60.0) -> ClusterState:
+            nonlocal launched
+            self._save(spec)
+            launched = True
+            _send(proc, "saved\n", close=True)
+            return self._recorded(spec, proc, timeout)
+
+        try:
+            _send(proc, json.dumps(draft.to_dict()) + "\n")
+            yield launch
+        finally:
+            if not launched:
+                _send(proc, "", close=True)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    @staticmethod
+    def _save(spec: ClusterSpec) -> Path:
         folder = spec.folder
         folder.logs.mkdir(parents=True, exist_ok=True)
-        spec_path = folder.spec
-        spec.save(spec_path)
-        env = self.supervisor_env(spec)
-        with open(folder.supervisor_log, "ab") as log:
-            proc = subprocess.Popen(
-                self.supervisor_command(spec_path), env=env,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+        spec.save(folder.spec)
+        return folder.spec
+
+    def _start_supervisor(self, spec: ClusterSpec, command: list[str], stdin=subprocess.DEVNULL) -> subprocess.Popen:
+        spec.folder.logs.mkdir(parents=True, exist_ok=True)
+        with open(spec.folder.supervisor_log, "ab") as log:
+            return subprocess.Popen(command, env=self.supervisor_env(spec), stdin=stdin, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _recorded(self, spec: ClusterSpec, proc: subprocess.Popen, timeout: float) -> ClusterState:
+        """Wait until the supervisor ``proc`` recorded the state of ``spec``'s cluster."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.store.get(spec.cluster_id)
@@ -145,15 +192,16 @@ class LocalLauncher(Launcher):
                 self._reap_later(proc)
                 return state
             if proc.poll() is not None:
-                log_tail = folder.supervisor_log.read_text(errors="replace")[-2000:]
+                log_tail = spec.folder.supervisor_log.read_text(errors="replace")[-2000:]
                 raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} exited with {proc.returncode} "
                                     f"before recording its state:\n{log_tail}")
             time.sleep(0.05)
         proc.kill()
         raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
 
-    def supervisor_command(self, spec_path) -> list[str]:
-        return [sys.executable, "-m", "ignite_tf.cluster.supervisor", str(spec_path)]
+    def supervisor_command(self, spec_path, after_plan: bool = False) -> list[str]:
+        return [sys.executable, "-m", "ignite_tf.cluster.supervisor", *(["--after-plan"] if after_plan else []),
+                str(spec_path)]
 
     def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The supervisor's environment: the runtime's variables, the state store, this launcher's connection
@@ -227,3 +275,15 @@ class LocalLauncher(Launcher):
 
 
 _SUPERVISORS: list[subprocess.Popen] = []
+
+
+def _send(proc: subprocess.Popen, text: str, close: bool = False) -> None:
+    """Write to a supervisor's standard input; one that already exited has said why in its log."""
+    try:
+        if text:
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()
+        if close:
+            proc.stdin.close()
+    except (BrokenPipeError, ValueError):
+        pass

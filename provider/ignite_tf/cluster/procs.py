@@ -84,6 +84,14 @@ def own_group_dying_with(parent: int) -> None:  # runs in a child between fork a
         os._exit(1)
 
 
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid`` (a task and its own children); gone already is fine."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_and_wait(pid: int, sig: int = signal.SIGTERM, wait: float = 20,
                   proc: subprocess.Popen | None = None) -> None:
     """Signal the process group led by ``pid``; SIGKILL it each time it outlives ``wait`` seconds."""

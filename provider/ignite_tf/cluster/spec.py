@@ -49,6 +49,7 @@ ENV_SHARD_PLAN = "IGNITE_TF_SHARD_PLAN"
 ENV_CACHE = "IGNITE_TF_CACHE"
 ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
 ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"  # see ignite_tf.runtime.progress
+PER_TASK_ENV = ("TF_CONFIG", ENV_ATTEMPT, ENV_PROGRESS_FILE)  # what differs between a cluster's task environments
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

@@ -1,7 +1,8 @@
 """The supervisor: one process per TensorFlow cluster, parent of every task.
 
 ``python -m ignite_tf.cluster.supervisor SPEC_JSON`` (the local launcher starts it detached, so it outlives
-an Airflow task that defers or a CLI that detaches). It
+an Airflow task that defers or a CLI that detaches; with ``--after-plan`` it starts while the shard plan is
+made, see ``main``). It
 
 - starts each task in its own process group with ``PR_SET_PDEATHSIG``: if the supervisor dies, for any
   reason, its children get SIGKILL at once;
@@ -22,6 +23,7 @@ an Airflow task that defers or a CLI that detaches). It
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
@@ -35,7 +37,7 @@ from ignite_tf.cluster.bytecode import with_bytecode_cache
 from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
-from ignite_tf.cluster.procs import own_group_dying_with
+from ignite_tf.cluster.procs import own_group_dying_with, signal_group
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
 from ignite_tf.runtime import progress
@@ -129,15 +131,15 @@ class Supervisor:
         return with_bytecode_cache(env)
 
     def start_forkserver(self) -> None:
-        """Start the fork server when a task would use it; its environment is what all tasks' have in common."""
-        envs = [self.task_env(t) for t in self.spec.tasks]
-        common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
-        targets = [forkserver.module_of(self.command_for(self.spec, t)) for t in self.spec.tasks]
-        if forkserver.wanted(common) and any(targets):
-            module, args = next(t for t in [targets[self.spec.tasks.index(self.spec.chief)], *targets] if t)
-            hook = (forkserver.HOOKS[module], args) if module in forkserver.HOOKS else None
+        """Start the fork server when a task would use it (``forkserver.settings_for``); keep one started
+        earlier (``main``, from the draft spec) when it was started with the same settings."""
+        wanted = forkserver.settings_for(self.spec, self.task_env, self.command_for)
+        if self.forkserver is not None and self.forkserver.settings != wanted:
+            self.forkserver.close(0)
+            self.forkserver = None
+        if wanted is not None and self.forkserver is None:
             sys.stdout.flush()
-            self.forkserver = forkserver.ForkServer(common, self.spec.run_dir, sys.stdout, hook=hook)
+            self.forkserver = forkserver.ForkServer(wanted[0], self.spec.run_dir, sys.stdout, hook=wanted[1])
 
     def forkserver_ready(self) -> bool:
         """Wait for the fork server's imports (recording state meanwhile); on failure go on without it."""
@@ -180,11 +182,11 @@ class Supervisor:
         proc = self.procs.get(task.name)
         if proc is None:
             return
-        _signal_group(proc, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        _signal_group(proc, signal.SIGKILL)  # the group too: a user script's own children
+        signal_group(proc.pid, signal.SIGKILL)  # the group too: a user script's own children
         proc.wait()
         ts = self.tstate(task)
         if ts.state in ("starting", "running"):
@@ -195,7 +197,7 @@ class Supervisor:
         grace = self.spec.grace_period_s if grace is None else grace
         live = [t for t in self.spec.tasks if self.procs.get(t.name) and self.procs[t.name].poll() is None]
         for t in live:
-            _signal_group(self.procs[t.name], signal.SIGTERM)
+            signal_group(self.procs[t.name].pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while any(self.procs[t.name].poll() is None for t in live) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -400,30 +402,45 @@ class Supervisor:
         return None
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
+    """``python -m ignite_tf.cluster.supervisor [--after-plan] SPEC_JSON``. With ``--after-plan`` the
+    launcher is still making the shard plan (``LocalLauncher.launching``): the first line of standard input is
+    a draft spec, for which the fork server starts at once, and a second line says SPEC_JSON is saved. An
+    input closed before that ends the supervisor and its fork server: the launch was given up."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m ignite_tf.cluster.supervisor SPEC_JSON", file=sys.stderr)
+    after_plan = argv[:1] == ["--after-plan"]
+    if len(argv) != 1 + after_plan:
+        print("usage: python -m ignite_tf.cluster.supervisor [--after-plan] SPEC_JSON", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
-    spec = ClusterSpec.load(argv[0])
     store = store_from_env()
     if store is None:
         print("error: no state store configured (IGNITE_TF_STATE_STORE)", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
-    if "job_dir" in spec.job:
-        # User scripts import their own modules from the job directory.
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [spec.job["job_dir"], os.environ.get("PYTHONPATH")]))
+    early = None
     try:
-        return int(Supervisor(spec, store, task_command).run())
+        if after_plan:
+            early = Supervisor(_with_job_dir(ClusterSpec.from_dict(json.loads(sys.stdin.readline()))), store,
+                               task_command)
+            early.start_forkserver()
+            if not sys.stdin.readline().strip():
+                print("the launch was given up before the shard plan was made", flush=True)
+                return int(ExitCode.INTERNAL_ERROR)
+        supervisor = Supervisor(_with_job_dir(ClusterSpec.load(argv[-1])), store, task_command)
+        supervisor.forkserver, early = early.forkserver if early else None, None
+        return int(supervisor.run())
     finally:
+        if early is not None and early.forkserver is not None:
+            early.forkserver.close(0)
         store.close()
+
+
+def _with_job_dir(spec: ClusterSpec) -> ClusterSpec:
+    """User scripts import their own modules from the job directory."""
+    job_dir = spec.job.get("job_dir")
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if job_dir and job_dir not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [job_dir, *paths]))
+    return spec
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.run_folder import RunFolder
-from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending, progress, timeline
@@ -232,16 +232,24 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
 
 # What ``preload`` read in the fork server, by (cache, label column, features): its forked tasks inherit it.
 _PRELOADED: dict[tuple, tuple[tuple[list[str], str, Any], int | None]] = {}
+PLAN_WAIT_S = 30.0
 
 
 def preload(argv: list[str]) -> None:
     """Called by the fork server (``ignite_tf.cluster.forkserver``) beside its TensorFlow import, with the
     runtime's arguments: read what every training task of the cluster reads first, the columns and the
     label's classes, once; the tasks forked afterwards find it and skip those queries. A failure here is left
-    for each task to meet and report itself."""
+    for each task to meet and report itself. The server may start while the launcher still makes the shard
+    plan: this waits for the plan's file, at most ``PLAN_WAIT_S``."""
     args = build_parser().parse_args(argv)
     if args.serve or not args.entry_point:
         return
+    path = os.environ.get(ENV_SHARD_PLAN)
+    deadline = time.monotonic() + PLAN_WAIT_S
+    while path and not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return  # each task loads the plan itself
+        time.sleep(0.01)
     import ignite_tf.data as itd
 
     plan = itd.load_plan(None)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.k8s.settings import KubernetesSettings
-from ignite_tf.cluster.launcher import LocalLauncher
+from ignite_tf.cluster.launcher import Launcher, LocalLauncher
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore
@@ -95,6 +95,9 @@ class KubernetesLauncher(LocalLauncher):
             "settings": self.settings.to_dict(), "namespace": namespace,
             "image": self.settings.image or default_image()}, indent=2))
         return super().launch(spec, timeout)
+
+    # Its supervisor starts pods, which need the plan's workers and hosts: nothing to start before the plan.
+    launching = Launcher.launching
 
     def supervisor_command(self, spec_path) -> list[str]:
         return [sys.executable, "-m", "ignite_tf.cluster.k8s.supervisor", str(spec_path),
