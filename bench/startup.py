@@ -24,8 +24,10 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   step (tracing, the first read, the step). Variants run side by side, alternating which
                   goes first: ``--read-ahead`` and ``--forkserver`` modes (``IGNITE_TF_READ_AHEAD``,
                   ``IGNITE_TF_FORKSERVER``: ``off`` starts each task as a new process, as before the fork
-                  server), and ``--baseline DIR``, whose tasks import the ``ignite_tf`` under DIR (an older
-                  commit's ``provider/``; ``--baseline-forkserver off`` for one from before the fork server);
+                  server), and ``--baseline DIR``: clusters launched by a process that imports the
+                  ``ignite_tf`` under DIR (an older commit's ``provider/``) for everything, from
+                  ``start_cluster`` to the tasks (``--baseline-forkserver off`` for one from before the fork
+                  server);
   bare_first_step_s  the same for a bare TensorFlow program (``bench/startup_bare.py``: the same model under
                   MultiWorkerMirroredStrategy, its rows in memory, no Ignite and no supervisor) launched as
                   as many local processes beside each cluster: first_step_s / bare_first_step_s is what
@@ -73,9 +75,11 @@ for _k, _v in BENCH_ENV.items():
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # startup_input.py beside this file, however this script is started
-from startup_input import BATCH, STEPS_CACHE, profile_data_path, step_rates, warm_nodes  # noqa: E402
+from startup_input import BATCH, STEPS_CACHE, cpu_s, profile_data_path, step_rates, warm_nodes  # noqa: E402
 
 STARTUP_CACHE = "startup_bench"
+ONE_CLUSTER = "--one-cluster"  # internal: one baseline cluster in a process importing the baseline's provider
+ENV_BASELINE_CHILD = "IGNITE_TF_BENCH_BASELINE_CHILD"
 STARTUP_ROWS = 6000
 STARTUP_BATCH = 64
 STARTUP_STEPS = 5
@@ -91,8 +95,10 @@ def say(msg: str, quiet: bool) -> None:
 
 
 # -- 1. bare TensorFlow import --------------------------------------------------------------------------------
-def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tuple[float, list[float], float]:
-    """Median wall seconds of a bare import, the runs, and the median CPU seconds (user + sys) it burns.
+def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True,
+                code: str = "import tensorflow") -> tuple[float, list[float], float]:
+    """Median wall seconds of a bare import (``code``), the runs, and the median CPU seconds (user + sys) it
+    burns.
 
     ``cached``: with the tasks' bytecode cache, filled by an untimed import first (``fill``)."""
     from ignite_tf.cluster.bytecode import with_bytecode_cache
@@ -101,13 +107,13 @@ def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tupl
     if cached:
         env = with_bytecode_cache(env)
     if cached and fill:
-        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True,
+        subprocess.run([sys.executable, "-c", code], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     times, cpu = [], []
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True,
+        subprocess.run([sys.executable, "-c", code], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,13 +121,31 @@ def tf_import_s(repeat: int = 3, cached: bool = True, fill: bool = True) -> tupl
     return statistics.median(times), times, statistics.median(cpu)
 
 
+RUNTIME_IMPORTS = {"keras": "import tensorflow, tf_keras",
+                   "runtime": "from ignite_tf.runtime.start import import_tf; import_tf()"}
+
+
+def runtime_import_s(repeat: int = 5) -> dict:
+    """What a task (or the fork server) imports: TensorFlow and tf_keras as plain imports against the
+    runtime's ``import_tf`` (collector paused, pandas left out), alternating, ``repeat`` each; medians."""
+    runs: dict[str, list[float]] = {name: [] for name in RUNTIME_IMPORTS}
+    for i in range(repeat):
+        for name, code in RUNTIME_IMPORTS.items() if i % 2 == 0 else reversed(RUNTIME_IMPORTS.items()):
+            runs[name].append(tf_import_s(repeat=1, fill=i == 0, code=code)[0])
+    return {f"{name}_import_s": statistics.median(times) for name, times in runs.items()} | {"_import_runs": runs}
+
+
 # -- 2. launch -> first step --------------------------------------------------------------------------------
-def first_step(conn, workers: int, tmp: Path, provider: str | None = None, settings: dict | None = None) -> dict:
+def first_step(conn, workers: int, tmp: Path, provider: str | None = None, settings: dict | None = None,
+               node_pids: tuple[int, ...] = ()) -> dict:
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
-    ``provider``: the tasks import the ``ignite_tf`` under this folder (``--baseline``); ``settings``: variables
-    set for the cluster (``IGNITE_TF_READ_AHEAD`` from ``--read-ahead``, ``IGNITE_TF_FORKSERVER`` from
-    ``--forkserver``)."""
+    ``provider``: launched by a process importing the ``ignite_tf`` under this folder (``--baseline``), and its
+    tasks too; ``settings``: variables set for the cluster (``IGNITE_TF_READ_AHEAD`` from ``--read-ahead``,
+    ``IGNITE_TF_FORKSERVER`` from ``--forkserver``). The CPU-s the tasks, the fork server and the Ignite nodes
+    (``node_pids``) spent until the first step are read once it is marked (``_cpu_use``)."""
     settings = settings or {}
+    if provider and not os.environ.get(ENV_BASELINE_CHILD):
+        return _first_step_in(provider, conn, workers, tmp, settings, node_pids)
     label = _label(settings)
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
@@ -139,6 +163,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
     cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{abs(hash(label)) % 10**6}-{os.getpid()}"
     state = None
+    nodes_before = cpu_s(node_pids)
     t0_wall, t0 = time.time(), time.perf_counter()
     try:
         state = start_cluster(STARTUP_CACHE, job, conn=conn, mode="sync", workers=workers, max_restarts=0,
@@ -154,6 +179,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
         # The file can exist a moment before its content is written.
         while not (text := mark.read_text().strip()):
             time.sleep(0.01)
+        cpu = _cpu_use(state.supervisor_pid, node_pids, nodes_before)
         first_s = float(text) - t0_wall
         state = launcher.wait(cluster_id, timeout=FIRST_STEP_TIMEOUT_S)
         if state.status is not Status.SUCCEEDED:
@@ -181,7 +207,51 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
             before = at
     return {"workers": workers, "variant": label, "first_step_s": first_s, "launched_s": launched_s,
             "tasks_up_s": float(up.group(1)) if up else None, "total_s": time.perf_counter() - t0,
-            "checked_pids": len(pids), "split": split}
+            "checked_pids": len(pids), "split": split, "cpu": cpu}
+
+
+def _cpu_use(supervisor: int, node_pids, nodes_before: float) -> dict:
+    """CPU-s so far of the supervisor's runtime tasks and its fork server, and of the Ignite nodes since
+    ``nodes_before`` was read."""
+    import psutil
+
+    tasks, server = [], 0.0
+    for proc in psutil.Process(supervisor).children(recursive=True):
+        try:
+            spent = sum(proc.cpu_times()[:2])
+            # The server is the supervisor's child; its forked tasks keep its command line.
+            if proc.ppid() == supervisor and "ignite_tf.cluster.forkserver" in proc.cmdline():
+                server += spent
+            else:
+                tasks.append(spent)
+        except psutil.NoSuchProcess:
+            continue
+    return {"tasks": tasks, "server": server, "nodes": cpu_s(node_pids) - nodes_before}
+
+
+def _first_step_in(provider: str, conn, workers: int, tmp: Path, settings: dict, node_pids=()) -> dict:
+    """``first_step`` in a new Python process that imports the ``ignite_tf`` under ``provider`` for everything
+    (``start_cluster``, the launcher, the supervisor, the fork server, the tasks), so a baseline is timed with
+    its own launch; it is told the Ignite connection through the environment."""
+    env = {**os.environ, **conn.to_env(), ENV_BASELINE_CHILD: "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [provider, os.environ.get("PYTHONPATH")]))}
+    args = json.dumps({"workers": workers, "tmp": str(tmp), "provider": provider, "settings": settings,
+                       "node_pids": list(node_pids)})
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), ONE_CLUSTER, args], env=env,
+                          capture_output=True, text=True, timeout=FIRST_STEP_TIMEOUT_S * 3)
+    if done.returncode != 0:
+        raise RuntimeError(f"the baseline's cluster ({provider}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _one_cluster(args: str) -> int:
+    """The child's side of ``_first_step_in``."""
+    from ignite_tf.connection import IgniteConnectionConfig
+
+    a = json.loads(args)
+    print(json.dumps(first_step(IgniteConnectionConfig.from_env(), a["workers"], Path(a["tmp"]), a["provider"],
+                                a["settings"], tuple(a["node_pids"]))))
+    return 0
 
 
 def bare_first_step(workers: int, tmp: Path) -> dict:
@@ -256,6 +326,9 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
         say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s with the tasks' bytecode cache (runs: "
             f"{', '.join(f'{t:.2f}' for t in times)}); {cold:.2f}s, {cold_cpu:.2f} CPU-s without (runs: "
             f"{', '.join(f'{t:.2f}' for t in cold_times)})", quiet)
+        result.update(runtime_import_s())
+        say(f"tensorflow + tf_keras: {result['keras_import_s']:.2f}s as plain imports, "
+            f"{result['runtime_import_s']:.2f}s through import_tf", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
         cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
@@ -269,6 +342,13 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             load(conn, STEPS_CACHE, frame, key="id")
             say(f"loaded {STARTUP_ROWS:,} rows into {STARTUP_CACHE}, {rows:,} into {STEPS_CACHE}", quiet)
             starts = []
+            if startup and jvm_warmup:
+                # As before the step rates: nodes in service run their scan and discovery code compiled.
+                spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes], cache=STARTUP_CACHE,
+                                   discover=True)
+                result["_jvm_warmup_startup"] = spent
+                say(f"warmed the Ignite nodes for start-up: {jvm_warmup} reads and discoveries of {STARTUP_CACHE}, "
+                    f"nodes' CPU-s per pass {spent[0]:.2f} first, {spent[-1]:.2f} last", quiet)
             # Each variant (read-ahead and fork server modes), and the baseline, alternating which goes first,
             # start_rounds times over.
             variants = [(None, {"IGNITE_TF_READ_AHEAD": ra, "IGNITE_TF_FORKSERVER": fs})
@@ -281,7 +361,8 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                     # The bare TensorFlow program beside it, alternately before and after.
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
-                    start = first_step(conn, workers, tmp / f"round{i}", provider, settings)
+                    start = first_step(conn, workers, tmp / f"round{i}", provider, settings,
+                                       tuple(n.pid for n in cluster.nodes))
                     if bare is None:
                         bare = bare_first_step(workers, tmp)["first_step_s"]
                     starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
@@ -347,8 +428,9 @@ def table(r: dict) -> str:
             f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
             "| sync workers | first step (s) | runs | / tf_import_s | / import just before "
             "| bare TF program (s) | / bare TF program | start_cluster returned (s) | "
-            + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " |",
-            "|---|---:|---|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 1),
+            + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " | CPU-s per task | fork server CPU-s "
+            "| Ignite nodes CPU-s |",
+            "|---|---:|---|---:|---:|---:|---:|---:|" + "---:|" * (len(SPLIT) + 4),
         ]
         for group in _groups(r["_starts"]).values():
             def med(f, group=group):
@@ -361,10 +443,14 @@ def table(r: dict) -> str:
                 f"| {', '.join(f'{x:.2f}' for x in first)} | {med(lambda s: s['first_step_s']) / r['tf_import_s']:.2f}x "
                 f"| {med(lambda s: s['first_step_s'] / s['tf_import_adjacent_s']):.2f}x "
                 f"| {med(lambda s: s['bare_s']):.2f} | {med(lambda s: s['first_step_s'] / s['bare_s']):.2f}x "
-                f"| {med(lambda s: s['launched_s']):.2f} | {split} |")
+                f"| {med(lambda s: s['launched_s']):.2f} | {split} "
+                f"| {med(lambda s: statistics.mean(s['cpu']['tasks'] or [0])):.2f} "
+                f"| {med(lambda s: s['cpu']['server']):.2f} | {med(lambda s: s['cpu']['nodes']):.2f} |")
         lines += [
             "",
-            f"Medians of {r['_start_rounds']} rounds (runs: each round's first step). All times count from the "
+            f"Medians of {r['_start_rounds']} rounds (runs: each round's first step)"
+            + (f", the Ignite nodes warmed first by {len(r['_jvm_warmup_startup'])} untimed reads and discoveries "
+               f"of the cache" if r.get("_jvm_warmup_startup") else "") + ". All times count from the "
             "start_cluster() call; '/ import just before' is the median of the ratios to one bare import (bytecode "
             "cache) timed right before each cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
             "local processes (the same model under MultiWorkerMirroredStrategy, its rows in memory: no Ignite, "
@@ -372,13 +458,21 @@ def table(r: dict) -> str:
             "to the chief's timeline mark (runtime_started: launch, supervisor, Python, and with the fork server "
             "its imports; tf_imported: the import, or nothing for a forked task; "
             "strategy_ready: TF_CONFIG, gRPC, all workers joined; fit_start: plan, columns, model, dataset; "
-            "first_step: tracing, first read, the step).",
+            "first_step: tracing, first read, the step). The CPU-s are read when the first step is marked: each "
+            "runtime task's own (the mean of the cluster's tasks; a forked task's count from its fork), the fork "
+            "server's (its imports and preload), and the Ignite nodes' since start_cluster() was called.",
             "",
             f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of 3): "
             f"{r['tf_import_s']:.2f} ({r['_tf_import_cpu_s']:.1f} CPU-s each; runs "
             f"{', '.join(f'{t:.2f}' for t in r['_tf_import_runs'])}); tf_import_cold_s (as this environment "
             f"imports it, compiling): {r['tf_import_cold_s']:.2f} ({r['_tf_import_cold_cpu_s']:.1f} CPU-s; runs "
             f"{', '.join(f'{t:.2f}' for t in r['_tf_import_cold_runs'])})",
+            "",
+            f"What a task imports, TensorFlow and tf_keras, alternating, median of "
+            f"{len(r['_import_runs']['keras'])}: {r['keras_import_s']:.2f}s as plain imports (runs "
+            f"{', '.join(f'{t:.2f}' for t in r['_import_runs']['keras'])}), {r['runtime_import_s']:.2f}s through "
+            f"ignite_tf.runtime.start.import_tf, collector paused and pandas left out (runs "
+            f"{', '.join(f'{t:.2f}' for t in r['_import_runs']['runtime'])})",
         ]
     warm = r.get("_jvm_warmup")
     lines += [
@@ -424,6 +518,9 @@ def table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [ONE_CLUSTER]:
+        return _one_cluster(argv[1])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--rows", type=int, default=512_000,
@@ -445,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="IGNITE_TF_FORKSERVER of the clusters, comma-separated, side by side as --read-ahead "
                              "(default auto; auto,off: forked tasks against a new process per task)")
     parser.add_argument("--baseline", metavar="DIR",
-                        help="also start each cluster with its tasks importing the ignite_tf under DIR (e.g. an "
+                        help="also launch each cluster from a process importing the ignite_tf under DIR (e.g. an "
                              "older commit's provider/), alternating with this one's, for before/after in one run")
     parser.add_argument("--baseline-forkserver", default="auto", metavar="MODE",
                         help="IGNITE_TF_FORKSERVER of the baseline's clusters (default auto; off for a provider "

@@ -59,12 +59,12 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
 
     def timed(make, epoch: int, name: str | None = None) -> float:
         ds = make(epoch)
-        own, jvm = _own_cpu_s(), _cpu_s(node_pids)
+        own, jvm = _own_cpu_s(), cpu_s(node_pids)
         started = time.perf_counter()
         model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[end])
         wall = end.at - started
         if name:
-            cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, _cpu_s(node_pids) - jvm))
+            cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, cpu_s(node_pids) - jvm))
             teardown.setdefault(name, []).append(time.perf_counter() - end.at)
         return steps / wall
 
@@ -105,7 +105,7 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _cpu_s(pids: list[int]) -> float:
+def cpu_s(pids: list[int]) -> float:
     """User + system CPU seconds of other processes (the Ignite JVMs), from /proc."""
     total = 0.0
     for pid in pids:
@@ -166,20 +166,24 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
     return best
 
 
-def warm_nodes(conn, passes: int, node_pids: list[int]) -> list[float]:
-    """Read the steps cache ``passes`` times, untimed, so the Ignite JVMs run their scan code compiled.
+def warm_nodes(conn, passes: int, node_pids: list[int], cache: str = STEPS_CACHE, discover: bool = False) -> list[float]:
+    """Read ``cache`` (the steps cache) ``passes`` times, untimed, so the Ignite JVMs run their scan code
+    compiled; with ``discover``, partition discovery's queries too.
 
     Nodes in service have run it for hours; fresh JVMs spend about 3x the CPU per row in their first passes
     (measured on this machine: 1.65 CPU-s for the first pass of 512,000 rows, 0.3 from the 25th on), and
     that CPU competes with the training measured right after. Returns the nodes' CPU-s of each pass.
     """
+    from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.reader.partition import PartitionReader
 
     spent = []
-    with PartitionReader(conn, STEPS_CACHE, batch_size=10_000) as reader:
+    with PartitionReader(conn, cache, batch_size=10_000) as reader:
         for _ in range(passes):
-            before = _cpu_s(node_pids)
+            before = cpu_s(node_pids)
             for _batch in reader.batches(range(reader.partitions)):
                 pass
-            spent.append(_cpu_s(node_pids) - before)
+            if discover:
+                PartitionMap.discover(conn, cache)
+            spent.append(cpu_s(node_pids) - before)
     return spent
