@@ -129,7 +129,7 @@ def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_pat
     plan.save(tmp_path / "plan.json")
     for k, v in ignite_conn.to_env().items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv(itd.ENV_PLAN, str(tmp_path / "plan.json"))
+    monkeypatch.setenv(itd.ENV_SHARD_PLAN, str(tmp_path / "plan.json"))
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
     seen = {}
@@ -158,7 +158,7 @@ def keys_of(plan: ShardPlan, conn, worker: int, epoch: int = 1) -> list[int]:
 def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name, monkeypatch):
     """No TF_CONFIG, no plan: one worker reads the whole cache."""
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.delenv(itd.ENV_PLAN, raising=False)
+    monkeypatch.delenv(itd.ENV_SHARD_PLAN, raising=False)
     create_table(ignite_client, cache_name, range(500), template="ignite_tf_small")
     ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
     ids = [int(i) for features in ds for i in features["id"].numpy()]

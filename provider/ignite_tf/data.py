@@ -40,13 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ignite_tf.cluster.spec import ENV_CACHE, ENV_SHARD_PLAN
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import ShardPlan, WorkerShard
 from ignite_tf.reader.ahead import HeadStart
 
-ENV_PLAN = "IGNITE_TF_SHARD_PLAN"
-ENV_CACHE = "IGNITE_TF_CACHE"
 # Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
 BLOCK_ROWS = 16_384
 # Batches ready ahead of the training step: cut from a block already in memory, a few are enough.
@@ -60,12 +59,12 @@ def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None =
     """The plan passed in, the one named by ``IGNITE_TF_SHARD_PLAN``, or a one-worker plan over ``cache``."""
     if isinstance(plan, ShardPlan):
         return plan
-    path = plan or os.environ.get(ENV_PLAN)
+    path = plan or os.environ.get(ENV_SHARD_PLAN)
     if path:
         return ShardPlan.load(path)
     cache = cache or os.environ.get(ENV_CACHE)
     if not cache:
-        raise ConfigError(f"no shard plan: set {ENV_PLAN} (the launcher does), pass plan=..., or pass cache=... "
+        raise ConfigError(f"no shard plan: set {ENV_SHARD_PLAN} (the launcher does), pass plan=..., or pass cache=... "
                           f"to read a whole cache as a single worker")
     from ignite_tf.plan.partitions import PartitionMap
 

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.run_folder import RunFolder
-from ignite_tf.cluster.spec import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.cluster.spec import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CLUSTER_ID,
+    ENV_SHARD_PLAN,
+    ENV_TENSORBOARD_DIR,
+    Mode,
+)
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending, progress, timeline
