@@ -419,10 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     early = None
     try:
         if after_plan:
-            early = Supervisor(_with_job_dir(ClusterSpec.from_dict(json.loads(sys.stdin.readline()))), store,
-                               task_command)
-            early.start_forkserver()
-            if not sys.stdin.readline().strip():
+            draft = sys.stdin.readline().strip()
+            if draft:
+                early = Supervisor(_with_job_dir(ClusterSpec.from_dict(json.loads(draft))), store, task_command)
+                early.start_forkserver()
+            if not draft or not sys.stdin.readline().strip():
                 print("the launch was given up before the shard plan was made", flush=True)
                 return int(ExitCode.INTERNAL_ERROR)
         supervisor = Supervisor(_with_job_dir(ClusterSpec.load(argv[-1])), store, task_command)
