@@ -64,8 +64,8 @@ def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None =
         return ShardPlan.load(path)
     cache = cache or os.environ.get(ENV_CACHE)
     if not cache:
-        raise ConfigError(f"no shard plan: set {ENV_SHARD_PLAN} (the launcher does), pass plan=..., or pass cache=... "
-                          f"to read a whole cache as a single worker")
+        raise ConfigError(f"no shard plan: set {ENV_SHARD_PLAN} (the launcher does), pass plan=..., or pass "
+                          f"cache=... to read a whole cache as a single worker")
     from ignite_tf.plan.partitions import PartitionMap
 
     return ShardPlan.build(PartitionMap.discover(_conn(conn), cache), 1, reshuffle="none")

@@ -166,7 +166,8 @@ class Supervisor:
         else:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, preexec_fn=functools.partial(own_group_dying_with, os.getpid()))
+                                        stderr=subprocess.STDOUT,
+                                        preexec_fn=functools.partial(own_group_dying_with, os.getpid()))
         self.procs[task.name] = proc
         ts = self.tstate(task)
         ts.pid, ts.state, ts.exit_code = proc.pid, "starting", None
