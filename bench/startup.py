@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
                                       [--start-rounds N] [--read-ahead MODES] [--forkserver MODES]
-                                  [--baseline DIR [--baseline-forkserver MODE]]
+                                      [--baseline DIR [--baseline-forkserver MODE]] [--epochs N]
 
 Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
 
@@ -16,7 +16,8 @@ Starts its own 2-node local Ignite cluster on free ports (stopped at the end, al
                   MultiWorkerMirroredStrategy, dataset, tracing) to the end of the chief's first training
                   batch, for 1, 2 and 3 local sync workers over a 6,000-row cache. The entry point
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
-                  the chief; each cluster trains one short epoch and must finish with nothing left running.
+                  the chief; each cluster trains one short epoch (``--epochs N``: N of them, which the
+                  tasks prepare before the first step) and must finish with nothing left running.
                   The chief's ``timing:`` lines (``ignite_tf.runtime.timeline``) split it: to the runtime's
                   start (discovery, plan, supervisor, Python; for a task forked from the fork server, also
                   the server's imports), TF imported, strategy ready (TF_CONFIG, gRPC
@@ -137,15 +138,16 @@ def runtime_import_s(repeat: int = 5) -> dict:
 
 # -- 2. launch -> first step --------------------------------------------------------------------------------
 def first_step(conn, workers: int, tmp: Path, provider: str | None = None, settings: dict | None = None,
-               node_pids: tuple[int, ...] = ()) -> dict:
+               node_pids: tuple[int, ...] = (), epochs: int = 1) -> dict:
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
     ``provider``: launched by a process importing the ``ignite_tf`` under this folder (``--baseline``), and its
     tasks too; ``settings``: variables set for the cluster (``IGNITE_TF_READ_AHEAD`` from ``--read-ahead``,
-    ``IGNITE_TF_FORKSERVER`` from ``--forkserver``). The CPU-s the tasks, the fork server and the Ignite nodes
+    ``IGNITE_TF_FORKSERVER`` from ``--forkserver``); ``epochs``: of ``STARTUP_STEPS`` steps each, the job's
+    ``--epochs`` (``--epochs``). The CPU-s the tasks, the fork server and the Ignite nodes
     (``node_pids``) spent until the first step are read once it is marked (``_cpu_use``)."""
     settings = settings or {}
     if provider and not os.environ.get(ENV_BASELINE_CHILD):
-        return _first_step_in(provider, conn, workers, tmp, settings, node_pids)
+        return _first_step_in(provider, conn, workers, tmp, settings, node_pids, epochs)
     label = _label(settings)
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
@@ -159,7 +161,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
            "PYTHONPATH": os.pathsep.join(filter(None, [provider, str(BENCH_DIR), os.environ.get("PYTHONPATH")])),
            **settings}
     job = {"entry_point": "startup_model:model",
-           "args": ["--epochs", "1", "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
+           "args": ["--epochs", str(epochs), "--batch-size", str(STARTUP_BATCH), "--label-column", "label",
                     "--steps-per-epoch", str(STARTUP_STEPS)]}
     cluster_id = f"startup-bench-{workers}{'-b' if provider else ''}-{abs(hash(label)) % 10**6}-{os.getpid()}"
     state = None
@@ -229,14 +231,14 @@ def _cpu_use(supervisor: int, node_pids, nodes_before: float) -> dict:
     return {"tasks": tasks, "server": server, "nodes": cpu_s(node_pids) - nodes_before}
 
 
-def _first_step_in(provider: str, conn, workers: int, tmp: Path, settings: dict, node_pids=()) -> dict:
+def _first_step_in(provider: str, conn, workers: int, tmp: Path, settings: dict, node_pids=(), epochs: int = 1) -> dict:
     """``first_step`` in a new Python process that imports the ``ignite_tf`` under ``provider`` for everything
     (``start_cluster``, the launcher, the supervisor, the fork server, the tasks), so a baseline is timed with
     its own launch; it is told the Ignite connection through the environment."""
     env = {**os.environ, **conn.to_env(), ENV_BASELINE_CHILD: "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [provider, os.environ.get("PYTHONPATH")]))}
     args = json.dumps({"workers": workers, "tmp": str(tmp), "provider": provider, "settings": settings,
-                       "node_pids": list(node_pids)})
+                       "node_pids": list(node_pids), "epochs": epochs})
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), ONE_CLUSTER, args], env=env,
                           capture_output=True, text=True, timeout=FIRST_STEP_TIMEOUT_S * 3)
     if done.returncode != 0:
@@ -250,7 +252,7 @@ def _one_cluster(args: str) -> int:
 
     a = json.loads(args)
     print(json.dumps(first_step(IgniteConnectionConfig.from_env(), a["workers"], Path(a["tmp"]), a["provider"],
-                                a["settings"], tuple(a["node_pids"]))))
+                                a["settings"], tuple(a["node_pids"]), a["epochs"])))
     return 0
 
 
@@ -311,13 +313,14 @@ def _reap(pid: int) -> None:
 # -- orchestration -------------------------------------------------------------------------------------------
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
-        forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto") -> dict:
+        forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
+        epochs: int = 1) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,
-                    "_start_rounds": start_rounds}
+                    "_start_rounds": start_rounds, "_epochs": epochs}
     if startup:
         cold, cold_times, cold_cpu = tf_import_s(cached=False)
         median, times, cpu = tf_import_s()
@@ -362,7 +365,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
                     start = first_step(conn, workers, tmp / f"round{i}", provider, settings,
-                                       tuple(n.pid for n in cluster.nodes))
+                                       tuple(n.pid for n in cluster.nodes), epochs)
                     if bare is None:
                         bare = bare_first_step(workers, tmp)["first_step_s"]
                     starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
@@ -425,7 +428,7 @@ def table(r: dict) -> str:
     if r["_starts"]:
         lines += [
             "", f"Sync (MultiWorkerMirroredStrategy) workers on localhost, {STARTUP_ROWS:,}-row cache, "
-            f"batch {STARTUP_BATCH}/worker, {STARTUP_STEPS} steps", "",
+            f"batch {STARTUP_BATCH}/worker, {r['_epochs']} epoch(s) of {STARTUP_STEPS} steps", "",
             "| sync workers | first step (s) | runs | / tf_import_s | / import just before "
             "| bare TF program (s) | / bare TF program | start_cluster returned (s) | "
             + " | ".join(f"-> {n}" for n in (*SPLIT, "first_step")) + " | CPU-s per task | fork server CPU-s "
@@ -547,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-forkserver", default="auto", metavar="MODE",
                         help="IGNITE_TF_FORKSERVER of the baseline's clusters (default auto; off for a provider "
                              "from before the fork server, whose tasks were each a new process)")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="epochs of the start-up clusters' job, of 5 steps each (default 1): what a task "
+                             "prepares before its first step for a job of many epochs")
     args = parser.parse_args(argv)
     from ignite_tf.cluster.forkserver import FORKSERVER_MODES
     from ignite_tf.runtime.start import READ_AHEAD_MODES
@@ -562,13 +568,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps {steps} x batch {BATCH} needs at least {steps * BATCH} rows (--rows {args.rows})")
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.epochs < 1:
+        parser.error("--epochs must be >= 1")
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result = run(args.rows, steps, quiet=args.json, profile=args.profile, rounds=args.rounds,
                  startup=not args.input_only, jvm_warmup=args.jvm_warmup, baseline=args.baseline,
                  read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()),
                  forkserver=tuple(m.strip() for m in args.forkserver.split(",") if m.strip()),
-                 start_rounds=args.start_rounds, baseline_forkserver=args.baseline_forkserver)
+                 start_rounds=args.start_rounds, baseline_forkserver=args.baseline_forkserver,
+                 epochs=args.epochs)
     if args.json:
         keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
         if not args.input_only:

@@ -165,6 +165,46 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     assert sorted(ids) == list(range(500))
 
 
+def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ignite_client, cache_name,
+                                                                  monkeypatch):
+    """``epochs_dataset`` over 3 epochs yields epoch 1's rows, then epoch 2's, then epoch 3's (each epoch's own
+    assignment, the same rows and order as ``dataset`` of that epoch). Building it over 200 epochs looks the
+    columns up once and opens no reader: an epoch is read when it is reached. A bad range is refused."""
+    from ignite_tf.errors import ConfigError
+
+    create_table(ignite_client, cache_name, range(1200), template="ignite_tf_small")
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 2, reshuffle="epoch", seed=3)
+    args = {"label": "label", "include_key": True, "worker": 1, "plan": plan, "conn": ignite_conn,
+            "shuffle_buffer": 64}
+
+    def ids(ds):
+        return [int(i) for features, _ in ds for i in features["id"].numpy()]
+
+    per_epoch = [ids(itd.dataset(50, e, **args)) for e in (1, 2, 3)]
+    assert per_epoch[0] != per_epoch[1], "each epoch reads its own assignment"
+    assert ids(itd.epochs_dataset(50, range(1, 4), **args)) == [i for rows in per_epoch for i in rows]
+    # each: shapes every epoch's part, told which epoch it is
+    import tensorflow as tf
+
+    firsts = itd.epochs_dataset(50, range(1, 4), each=lambda ds, e: ds.take(1).map(
+        lambda f, lab: (tf.fill([1], e), f["id"][:1])), **args)
+    expected = [(e, rows[0]) for e, rows in zip((1, 2, 3), per_epoch, strict=True)]
+    assert [(int(e[0]), int(i[0])) for e, i in firsts] == expected
+
+    # Spies that count the calls and run the real functions.
+    looked_up, opened = [], []
+    real_columns, real_blocks = itd.cache_columns, itd.blocks
+    monkeypatch.setattr(itd, "cache_columns", lambda *a, **k: looked_up.append(a) or real_columns(*a, **k))
+    monkeypatch.setattr(itd, "blocks", lambda *a, **k: opened.append(a[0]) or real_blocks(*a, **k))
+    many = itd.epochs_dataset(50, range(200), **args)
+    assert len(looked_up) == 1 and opened == []
+    next(iter(many))
+    assert opened == [0], "only the first epoch is read so far"
+    for bad in (range(0), [0, 1], 3):
+        with pytest.raises(ConfigError, match="non-empty range of epoch numbers"):
+            itd.epochs_dataset(50, bad, **args)
+
+
 @pytest.fixture(autouse=True)
 def _read_aheads_dropped():
     """A test that fails half way leaves no read-ahead for the next one to take."""

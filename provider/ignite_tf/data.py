@@ -10,6 +10,11 @@ or, porting a script that trains on ``tf.data.Dataset.from_tensor_slices(...).sh
 
     ds = ignite_tf.data.dataset(b, label="label", stack=True).repeat()
 
+or one ``fit`` over every epoch's slice (the dataset built once, however many epochs)::
+
+    ds = ignite_tf.data.epochs_dataset(64, range(10), each=lambda ds, e: ds.repeat().take(steps), label="label")
+    model.fit(ds, epochs=10, steps_per_epoch=steps)
+
 Every batch holds exactly ``batch_size`` rows unless ``drop_remainder=False`` (see ``dataset``).
 
 The launcher sets ``IGNITE_TF_SHARD_PLAN`` (path of the ShardPlan JSON), ``IGNITE_TF_ADDRESSES`` and friends
@@ -187,27 +192,70 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     """
     import tensorflow as tf
 
+    part = _epoch_part(tf, batch_size, range(epoch, epoch + 1), label=label, features=features, stack=stack,
+                       worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer, seed=seed,
+                       page_size=page_size, include_key=include_key, block_rows=block_rows,
+                       drop_remainder=drop_remainder, input_context=input_context)
+    ds = part(epoch).with_options(_options(tf))
+    return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
+
+
+def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool = True, **kwargs):
+    """``dataset(batch_size, epoch, **kwargs)`` for every epoch of ``epochs``, one after another, as one
+    ``tf.data.Dataset``: one ``fit`` over many epochs, each epoch reading its own assignment of the plan.
+
+    Built once for all the epochs: a chain of per-epoch datasets (``concatenate``) would trace each epoch's
+    functions and look up the columns again before the first step, for a cost growing with the epochs.
+    An epoch's reading starts when the epoch before it ends.
+
+    :param epochs: a non-empty ``range`` of epoch numbers.
+    :param each: ``each(ds, epoch) -> ds`` shapes an epoch's part (``epoch``: a scalar int64 tensor), e.g.
+        ``lambda ds, e: ds.repeat().take(steps)`` for exactly ``steps`` batches every epoch.
+    :param kwargs: as ``dataset``'s (``label``, ``stack``, ``plan``, ``shuffle_buffer`` ...).
+    """
+    import tensorflow as tf
+
+    if not isinstance(epochs, range) or not epochs:
+        raise ConfigError(f"epochs_dataset needs a non-empty range of epoch numbers (got {epochs!r}): e.g. "
+                          f"range(10), or range(start_epoch, epochs) when resuming")
+    part = _epoch_part(tf, batch_size, epochs, **kwargs)
+    shaped = (lambda e: each(part(e), e)) if each else part
+    ds = tf.data.Dataset.range(epochs.start, epochs.stop, epochs.step).flat_map(shaped).with_options(_options(tf))
+    return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
+
+
+def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None, features: list[str] | None = None,
+                stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
+                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+                page_size: int = 1024, include_key: bool = False, block_rows: int = BLOCK_ROWS,
+                drop_remainder: bool = True, input_context=None):
+    """``part(epoch)``: the batches of one of ``epochs``, ``epoch`` an int or a scalar tensor. The plan, this
+    worker, the columns and a read-ahead of the first epoch are settled here, once for all the epochs."""
     plan = load_plan(plan, cache=cache, conn=conn)
     index = worker if worker is not None else worker_index(input_context)
     if drop_remainder:
-        planned = shard(epoch, worker=index, plan=plan, input_context=input_context).rows
-        if planned < batch_size:
-            raise ConfigError(f"worker {index}'s shard of cache '{plan.partition_map.cache}' holds {planned} "
-                              f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
-                              f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
-                              f"fewer workers, or pass drop_remainder=False")
-    head = HeadStart.take(_ahead_key(plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer,
+        for epoch in epochs:
+            planned = shard(epoch, worker=index, plan=plan, input_context=input_context).rows
+            if planned < batch_size:
+                raise ConfigError(f"worker {index}'s shard of cache '{plan.partition_map.cache}' holds {planned} "
+                                  f"rows in epoch {epoch}, fewer than batch_size={batch_size}: with "
+                                  f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
+                                  f"fewer workers, or pass drop_remainder=False")
+    first = epochs[0]
+    head = HeadStart.take(_ahead_key(plan, conn, first, index, batch_size, label, features, stack, shuffle_buffer,
                                      seed, page_size, block_rows, include_key))
     names, label_name, dtypes, layout = head.columns if head else \
         cache_columns(plan, conn, label, features, include_key)
     read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
-    passes = itertools.count()  # tf.data calls generate() again for every pass (``.repeat()``, each fit epoch)
+    # tf.data calls generate() again for every pass of an epoch (``.repeat()``, each fit epoch)
+    passes: dict[int, Iterator[int]] = {}
 
-    def generate():
+    def generate(epoch):
         from ignite_tf.reader.partition import STACKED
 
-        iteration = next(passes)
-        stream = head.blocks() if head and iteration == 0 else None
+        epoch = int(epoch)
+        iteration = next(passes.setdefault(epoch, itertools.count()))
+        stream = head.blocks() if head and epoch == first and iteration == 0 else None
         if stream is None:
             stream = blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
@@ -226,7 +274,18 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
         feature_spec = {n: tf.TensorSpec([None], _tf_dtype(tf, dtypes[n])) for n in names}
     signature = (feature_spec, tf.TensorSpec([None], _tf_dtype(tf, dtypes[label_name]))) if label_name \
         else feature_spec
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+    def part(epoch):
+        ds = tf.data.Dataset.from_generator(generate, args=(epoch,), output_signature=signature)
+        # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
+        # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
+        return ds.prefetch(BLOCKS_AHEAD).rebatch(batch_size, drop_remainder=drop_remainder)
+
+    return part
+
+
+def _options(tf):
+    """The options of every dataset here (set on the outermost one: TF ignores them inside functions)."""
     options = tf.data.Options()
     # The plan already sharded the data: TF must not shard it again (it would drop rows).
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -234,10 +293,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     # over this dataset) wait for its next tick, at 1.3, 2.6, 5.1, 10.2, 20.5 ... s after the epoch began:
     # measured with TF 2.21, about one epoch in three (8.5 s lost after a 12 s epoch).
     options.autotune.enabled = False
-    # One block read ahead (in a tf.data thread) while the model trains on the one before; rebatch cuts
-    # blocks into batch_size rows in C++, carrying a block's remainder into the next batch.
-    ds = ds.with_options(options).prefetch(BLOCKS_AHEAD).rebatch(batch_size, drop_remainder=drop_remainder)
-    return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
+    return options
 
 
 def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import time
-from functools import reduce
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +84,7 @@ def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
     return int(high) + 1
 
 
-# -- sync: chained per-epoch datasets read from Ignite ------------------------------------------------------
+# -- sync: the epochs of one fit, read from Ignite ----------------------------------------------------------
 def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | None, epochs: int, steps: int,
                  start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000, input_context=None,
                  conn=None):
@@ -97,14 +96,16 @@ def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | Non
     """
     import tensorflow as tf
 
-    def one(epoch: int):
-        ds = itd.dataset(batch_size, epoch, label=label, features=features, stack=True, plan=plan, conn=conn,
-                         shuffle_buffer=shuffle_buffer, prefetch=False, input_context=input_context)
+    def each(ds, epoch):
         ds = ds.repeat().take(steps)
-        return ds.skip(start_step) if epoch == start_epoch and start_step else ds
+        if not start_step:
+            return ds
+        return ds.skip(tf.cast(tf.equal(epoch, start_epoch), tf.int64) * start_step)
 
-    # Concatenation opens an epoch's reader only when the previous epoch is exhausted.
-    ds = reduce(lambda a, b: a.concatenate(b), [one(e) for e in range(start_epoch, epochs)])
+    # One dataset for all the epochs, built once; an epoch's reader opens when the previous epoch ends.
+    ds = itd.epochs_dataset(batch_size, range(start_epoch, epochs), each=each, label=label, features=features,
+                            stack=True, plan=plan, conn=conn, shuffle_buffer=shuffle_buffer, prefetch=False,
+                            input_context=input_context)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
