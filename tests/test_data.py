@@ -183,6 +183,7 @@ def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ig
     per_epoch = [ids(itd.dataset(50, e, **args)) for e in (1, 2, 3)]
     assert per_epoch[0] != per_epoch[1], "each epoch reads its own assignment"
     assert ids(itd.epochs_dataset(50, range(1, 4), **args)) == [i for rows in per_epoch for i in rows]
+    assert ids(itd.epochs_dataset(50, range(2, 3), **args)) == per_epoch[1]  # one epoch: no flat_map
     # each: shapes every epoch's part, told which epoch it is
     import tensorflow as tf
 
@@ -190,6 +191,9 @@ def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ig
         lambda f, lab: (tf.fill([1], e), f["id"][:1])), **args)
     expected = [(e, rows[0]) for e, rows in zip((1, 2, 3), per_epoch, strict=True)]
     assert [(int(e[0]), int(i[0])) for e, i in firsts] == expected
+    alone = itd.epochs_dataset(50, range(3, 4), each=lambda ds, e: ds.take(1).map(
+        lambda f, lab: (tf.fill([1], e), f["id"][:1])), **args)
+    assert [(int(e[0]), int(i[0])) for e, i in alone] == expected[2:]
 
     # Spies that count the calls and run the real functions.
     looked_up, opened = [], []

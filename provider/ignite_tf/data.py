@@ -220,7 +220,11 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
                           f"range(10), or range(start_epoch, epochs) when resuming")
     part = _epoch_part(tf, batch_size, epochs, **kwargs)
     shaped = (lambda e: each(part(e), e)) if each else part
-    ds = tf.data.Dataset.range(epochs.start, epochs.stop, epochs.step).flat_map(shaped).with_options(_options(tf))
+    if len(epochs) == 1:  # as cheap as one epoch's dataset: no flat_map function to trace
+        ds = shaped(tf.constant(epochs[0], tf.int64))
+    else:
+        ds = tf.data.Dataset.range(epochs.start, epochs.stop, epochs.step).flat_map(shaped)
+    ds = ds.with_options(_options(tf))
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
