@@ -50,6 +50,7 @@ from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import ShardPlan, WorkerShard
 from ignite_tf.reader.ahead import HeadStart
+from ignite_tf.reader.blocks import block_shuffle, filled, group, rebatch, stack_columns
 
 # Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
 BLOCK_ROWS = 16_384
@@ -111,7 +112,7 @@ def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None
             input_context=None) -> Iterator[dict[str, np.ndarray]]:
     """NumPy batches of this worker's shard for ``epoch``: every row, the last batch shorter (the same rows,
     in the same order, as the first pass of ``dataset(..., drop_remainder=False)``)."""
-    yield from _rebatch(blocks(epoch, batch_size=batch_size, worker=worker, plan=plan, cache=cache, conn=conn,
+    yield from rebatch(blocks(epoch, batch_size=batch_size, worker=worker, plan=plan, cache=cache, conn=conn,
                                columns=columns, shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size,
                                input_context=input_context), batch_size)
 
@@ -149,7 +150,7 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
             return
         rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker]
                                     + ([iteration] if iteration else []))
-        yield from _group(_block_shuffle(stream, rng), max(1, block_rows // unit))
+        yield from group(block_shuffle(stream, rng), max(1, block_rows // unit))
 
 
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
@@ -265,11 +266,11 @@ def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None,
                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
                             block_rows=block_rows, layout=layout, iteration=iteration)
         for block in stream:
-            block = {k: _filled(v) for k, v in block.items()}
+            block = {k: filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]
             else:
-                feats = _stack([block[n] for n in names]) if stack else {n: block[n] for n in names}
+                feats = stack_columns([block[n] for n in names]) if stack else {n: block[n] for n in names}
             yield (feats, block[label_name]) if label_name else feats
 
     if stack:
@@ -414,65 +415,3 @@ def cache_columns(plan: ShardPlan, conn, label: str | None, features: list[str] 
 
 def _tf_dtype(tf, dtype: np.dtype):
     return tf.string if np.dtype(dtype).kind in "OUS" else tf.as_dtype(np.dtype(dtype))
-
-
-def _filled(values: np.ndarray) -> np.ndarray:
-    if isinstance(values, np.ma.MaskedArray):
-        from ignite_tf.reader.binary import null_fill
-
-        return values.filled(null_fill(values.dtype))
-    return values
-
-
-def _block_shuffle(stream: Iterator[dict], rng: np.random.Generator) -> Iterator[dict]:
-    # The reader yields blocks of shuffle_buffer rows; permuting each block in NumPy costs far less than a
-    # per-row tf.data shuffle and keeps memory at one block.
-    for block in stream:
-        order = rng.permutation(len(next(iter(block.values()))))
-        yield {k: v[order] for k, v in block.items()}
-
-
-def _group(stream: Iterator[dict], n: int) -> Iterator[dict]:
-    """Concatenations of ``n`` consecutive blocks of ``stream`` (the last may hold fewer)."""
-    if n == 1:
-        yield from stream
-        return
-    group: list[dict] = []
-    for block in stream:
-        group.append(block)
-        if len(group) == n:
-            yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
-            group = []
-    if group:
-        yield {k: _concat_all([b[k] for b in group]) for k in group[0]}
-
-
-def _stack(columns: list[np.ndarray]) -> np.ndarray:
-    out = np.empty((len(columns[0]), len(columns)), np.float32)
-    for j, values in enumerate(columns):
-        out[:, j] = values
-    return out
-
-
-def _rebatch(stream: Iterator[dict], batch_size: int) -> Iterator[dict]:
-    pending: dict | None = None
-    for block in stream:
-        if pending is not None:
-            block = {k: _concat_all([pending[k], block[k]]) for k in block}
-            pending = None
-        n = len(next(iter(block.values())))
-        full = n - n % batch_size
-        for i in range(0, full, batch_size):
-            yield {k: v[i:i + batch_size] for k, v in block.items()}
-        if full < n:
-            pending = {k: v[full:] for k, v in block.items()}
-    if pending is not None:
-        yield pending
-
-
-def _concat_all(arrays: list[np.ndarray]) -> np.ndarray:
-    if len(arrays) == 1:
-        return arrays[0]
-    if any(isinstance(a, np.ma.MaskedArray) for a in arrays):
-        return np.ma.concatenate(arrays)
-    return np.concatenate(arrays)

@@ -1,2 +1,2 @@
 """Reading Ignite partitions: the thin-client scan, the binary-object decoder, the table layout, a read started
-ahead of time."""
+ahead of time, and the regrouping of the blocks it yields."""

@@ -30,6 +30,7 @@ import numpy as np
 
 import ignite_tf.data as itd
 from ignite_tf.errors import ConfigError
+from ignite_tf.reader.blocks import filled
 
 FEED_DIR = "feed"  # relative on purpose: resolved against each worker's own working directory
 _META = "meta.json"
@@ -155,7 +156,7 @@ def write_feed(epochs: int, *, batch_size: int, label: str, features: list[str] 
                                      columns=[*names, label_name], shuffle_buffer=shuffle_buffer):
                 block = np.empty((len(batch[label_name]), len(names) + 1), dtype=np.float32)
                 for j, name in enumerate([*names, label_name]):
-                    block[:, j] = itd._filled(batch[name])
+                    block[:, j] = filled(batch[name])
                 writer.write(block.tobytes())
                 n += len(block)
         tmp.replace(path)
