@@ -44,6 +44,10 @@ class LocalK8s:
 def k8s_cluster():
     layout = local_k8s.Layout()
     preexisting = len(local_k8s.running(layout)) == len(local_k8s.COMPONENTS)
+    if not preexisting:
+        # What an earlier run that was killed left (processes, host settings changed by its kubelet) is undone
+        # first, so the host is compared with how it was before any cluster, not with that run's leftovers.
+        local_k8s.down(layout)
     before = None if preexisting else local_k8s_host.snapshot()
     kubeconfig = local_k8s.up(3, layout)
     cluster = LocalK8s(layout, str(kubeconfig), local_k8s.api_client(layout))

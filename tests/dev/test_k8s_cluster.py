@@ -181,3 +181,23 @@ def test_up_again_leaves_the_running_cluster_alone(k8s_cluster):
 def test_down_with_nothing_running_is_harmless(tmp_path):
     """Real: `down` on a folder where nothing was started stops nothing and changes nothing."""
     assert local_k8s.down(local_k8s.Layout(tmp_path)) == []
+
+
+def test_down_puts_back_the_host_settings_a_killed_start_left(tmp_path):
+    """Real: a start killed before its `down` leaves its record of the host and the kubelet's sysctls changed;
+    the next `down` (which `up` runs first) writes the recorded values back. Needs root, like the cluster."""
+    from pathlib import Path
+
+    from ignite_tf.dev.k8s import host as local_k8s_host
+
+    layout = local_k8s.Layout(tmp_path)
+    knob = Path("/proc/sys/vm/overcommit_memory")
+    original = knob.read_text().strip()
+    local_k8s_host.save_host_state(layout.host_state)
+    try:
+        knob.write_text("1" if original != "1" else "0")  # what the kubelet does on start
+        assert local_k8s.down(layout) == []
+        assert knob.read_text().strip() == original
+        assert not layout.host_state.exists()
+    finally:
+        knob.write_text(original)

@@ -155,7 +155,7 @@ class HeadStart:
 def _receive(pipe) -> tuple[str, object]:
     try:
         kind, value = pickle.load(pipe)
-    except EOFError:
+    except (EOFError, pickle.UnpicklingError):  # no message, or one cut short: the child died while writing
         raise IgniteTFError("the read-ahead process ended before its last block (killed? its output is in "
                             "this task's log)") from None
     if kind == "error":
