@@ -142,8 +142,8 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
     """Launch a sync cluster of ``workers`` tasks, wait for its first step and its end; check nothing is left.
     ``provider``: launched by a process importing the ``ignite_tf`` under this folder (``--baseline``), and its
     tasks too; ``settings``: variables set for the cluster (``IGNITE_TF_READ_AHEAD`` from ``--read-ahead``,
-    ``IGNITE_TF_FORKSERVER`` from ``--forkserver``); ``epochs``: of ``STARTUP_STEPS`` steps each, the job's
-    ``--epochs`` (``--epochs``). The CPU-s the tasks, the fork server and the Ignite nodes
+    ``IGNITE_TF_FORKSERVER`` from ``--forkserver``); ``epochs``: the job's ``--epochs``, of
+    ``STARTUP_STEPS`` steps each. The CPU-s the tasks, the fork server and the Ignite nodes
     (``node_pids``) spent until the first step are read once it is marked (``_cpu_use``)."""
     settings = settings or {}
     if provider and not os.environ.get(ENV_BASELINE_CHILD):

@@ -187,13 +187,15 @@ def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ig
     # each: shapes every epoch's part, told which epoch it is
     import tensorflow as tf
 
-    firsts = itd.epochs_dataset(50, range(1, 4), each=lambda ds, e: ds.take(1).map(
-        lambda f, lab: (tf.fill([1], e), f["id"][:1])), **args)
+    def first_row(ds, epoch):  # (the epoch each was told, the epoch's first id)
+        return ds.take(1).map(lambda f, lab: (tf.fill([1], epoch), f["id"][:1]))
+
+    def told(epochs):
+        return [(int(e[0]), int(i[0])) for e, i in itd.epochs_dataset(50, epochs, each=first_row, **args)]
+
     expected = [(e, rows[0]) for e, rows in zip((1, 2, 3), per_epoch, strict=True)]
-    assert [(int(e[0]), int(i[0])) for e, i in firsts] == expected
-    alone = itd.epochs_dataset(50, range(3, 4), each=lambda ds, e: ds.take(1).map(
-        lambda f, lab: (tf.fill([1], e), f["id"][:1])), **args)
-    assert [(int(e[0]), int(i[0])) for e, i in alone] == expected[2:]
+    assert told(range(1, 4)) == expected
+    assert told(range(3, 4)) == expected[2:]
 
     # Spies that count the calls and run the real functions.
     looked_up, opened = [], []

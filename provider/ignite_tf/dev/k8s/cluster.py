@@ -275,8 +275,8 @@ def running(layout: Layout | None = None) -> dict[str, int]:
 def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
     """Start the cluster (building first if needed) and return the admin kubeconfig once every node is Ready.
 
-    A cluster already fully up is left as it is; a half-started one, or what a crashed start left (its host
-    settings), is stopped and restored first.
+    A cluster already fully up is left as it is; what any other start left is stopped and the host restored
+    first.
     """
     if n < 0:
         raise ConfigError(f"the number of simulated nodes must be 0 or more (got {n})")
@@ -289,8 +289,7 @@ def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
         want = n + 1
         if len(_ready_nodes(layout)) >= want:
             return layout.kubeconfig
-    if live or layout.host_state.exists():  # half-started, or a start that crashed: stop it, restore the host
-        down(layout)
+    down(layout)  # what an earlier start left: half-started, or killed before its down (the host's settings)
     host.ensure_packages()
     build(layout)
     busy = [p for p in (APISERVER_PORT, *ETCD_PORTS, 10250, 10247, 10256) if not port_free(p)]
