@@ -11,7 +11,7 @@ STATE_DIR :=
 AUTH :=
 TLS :=
 YES = $(filter 1 true yes,$(1))
-IGNITE := $(PY) -m ignite_tf.dev.ignite $(if $(STATE_DIR),--state-dir $(STATE_DIR))
+IGNITE := $(PY) -m ignite_tf_dev.ignite $(if $(STATE_DIR),--state-dir $(STATE_DIR))
 K8S_NODES ?= 3
 STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
@@ -22,12 +22,12 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 setup: $(STAMP)
 
 # The venv is rebuilt from the committed lock whenever the lock or pyproject changes.
-$(STAMP): requirements/lock.txt pyproject.toml
+$(STAMP): requirements/lock.txt pyproject.toml devtools/pyproject.toml
 	@test -x .venv/bin/python || python3 -m venv .venv
 	@test -x $(UV) || .venv/bin/pip install -q uv==0.13.8
 	$(UV) pip sync -q --compile-bytecode --python $(PY) requirements/lock.txt
-	$(UV) pip install -q --python $(PY) --no-deps -e .
-	$(PY) -m ignite_tf.dev.ignite fetch
+	$(UV) pip install -q --python $(PY) --no-deps -e . -e devtools
+	$(PY) -m ignite_tf_dev.ignite fetch
 	@touch $(STAMP)
 
 # Headless Chromium and its WebDriver for the browser tests (tests/ui), from Debian's packages when missing.
@@ -45,7 +45,7 @@ test: setup browser
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m ignite_tf.dev.demo
+	$(PY) -m ignite_tf_dev.demo
 
 bench: setup
 	$(PY) bench/ingest.py
@@ -69,7 +69,7 @@ airflow: setup
 	.venv/bin/airflow standalone
 
 lint: setup
-	.venv/bin/ruff check provider tests bench dags plugins
+	.venv/bin/ruff check provider devtools tests bench dags plugins
 
 ignite-up: setup
 	$(IGNITE) up -n $(N) --port $(PORT) $(if $(call YES,$(AUTH)),--auth) $(if $(call YES,$(TLS)),--tls)
@@ -80,19 +80,19 @@ ignite-down: setup
 ignite-status: setup
 	$(IGNITE) status
 
-# A local Kubernetes (ignite_tf.dev.k8s.cluster): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
+# A local Kubernetes (ignite_tf_dev.k8s.cluster): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
 # the first time on 2 cores), then etcd + control plane + $(K8S_NODES) kwok nodes + one real node. Needs root.
 k8s-build: setup
-	$(PY) -m ignite_tf.dev.k8s build
+	$(PY) -m ignite_tf_dev.k8s build
 
 k8s-up: setup
-	$(PY) -m ignite_tf.dev.k8s up -n $(K8S_NODES)
+	$(PY) -m ignite_tf_dev.k8s up -n $(K8S_NODES)
 
 k8s-down: setup
-	$(PY) -m ignite_tf.dev.k8s down
+	$(PY) -m ignite_tf_dev.k8s down
 
 k8s-status: setup
-	$(PY) -m ignite_tf.dev.k8s status
+	$(PY) -m ignite_tf_dev.k8s status
 
 clean:
-	rm -rf .venv .airflow build dist provider/*.egg-info
+	rm -rf .venv .airflow build dist provider/*.egg-info devtools/*.egg-info

@@ -62,7 +62,7 @@ def say(msg: str, quiet: bool) -> None:
 
 def dag_run(dag, conf: dict, quiet: bool, conn=None) -> dict:
     """One ``dag.test()`` run; raises unless every task succeeded."""
-    from ignite_tf.dev.demo import stage_times, task_results
+    from ignite_tf_dev.demo import stage_times, task_results
 
     say(f"DAG run of {dag.dag_id} (conf {conf}) ...", quiet)
     started = time.perf_counter()
@@ -163,8 +163,8 @@ def stop_leftovers(conn) -> list[str]:
 
 
 def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
-    from ignite_tf.dev.demo import airflow_env, load_dag, migrate
-    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf_dev.demo import airflow_env, load_dag, migrate
+    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs, "_repeat": repeat}
     tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))

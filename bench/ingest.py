@@ -47,7 +47,7 @@ def make_frame(n: int) -> dict[str, np.ndarray]:
 
 
 def free_cluster(state_dir: Path):
-    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
     return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
 

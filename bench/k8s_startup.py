@@ -3,7 +3,7 @@
     .venv/bin/python bench/k8s_startup.py [--json] [--rows N]
 
 Starts its own 2-node local Ignite cluster on free ports and, unless one is running, the local Kubernetes
-(``ignite_tf.dev.k8s``; both stopped at the end, also on error), loads a 3,000-row cache and runs the same
+(``ignite_tf_dev.k8s``; both stopped at the end, also on error), loads a 3,000-row cache and runs the same
 2-worker sync job (``bench/startup_model.py:model``: the tabular classifier plus a marker written at the end
 of the chief's first batch; 1 epoch of 5 steps) through each launcher:
 
@@ -78,9 +78,10 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
 
 
 def run(rows: int) -> list[dict]:
+    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf_dev.k8s import cluster as local_k8s
+
     from ignite_tf.demo_data import tabular
-    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
-    from ignite_tf.dev.k8s import cluster as local_k8s
     from ignite_tf.etl.load import load
 
     layout = local_k8s.Layout()

@@ -149,9 +149,10 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
     if provider and not os.environ.get(ENV_BASELINE_CHILD):
         return _first_step_in(provider, conn, workers, tmp, settings, node_pids, epochs)
     label = _label(settings)
+    from ignite_tf_dev.ignite.cluster import pid_alive
+
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
-    from ignite_tf.dev.ignite.cluster import pid_alive
 
     root = tmp / f"w{workers}{'-baseline' if provider else ''}-{label or 'default'}".replace(" ", "-")
     mark = root / "first_step"
@@ -315,8 +316,9 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
         forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
         epochs: int = 1) -> dict:
+    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
+
     from ignite_tf.demo_data import tabular
-    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf.etl.load import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,

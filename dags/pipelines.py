@@ -1,3 +1,3 @@
-from ignite_tf.dags import load_dags
+from ignite_tf.pipeline import load_dags
 
 airflow_dags = load_dags(__file__, "specs/*.yaml", globals())

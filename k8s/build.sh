@@ -1,6 +1,6 @@
 #!/bin/bash
 # Build the Kubernetes binaries, kwok (and its stock stages), kubectl and the pause program into one folder, from the Go module proxy.
-# usage: build.sh OUT_DIR K8S_VERSION KWOK_VERSION      (called by `python -m ignite_tf.dev.k8s build`)
+# usage: build.sh OUT_DIR K8S_VERSION KWOK_VERSION      (called by `python -m ignite_tf_dev.k8s build`)
 #
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the ./staging modules), so a small wrapper
 # module requires it and replaces each staging module with its published v0.X twin. Each step is skipped

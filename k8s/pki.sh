@@ -1,6 +1,6 @@
 #!/bin/bash
 # A CA, serving and client certificates, the service-account key pair and one kubeconfig per component.
-# usage: pki.sh DIR NODE_NAME NODE_IP APISERVER_URL        (called by ignite_tf.dev.k8s.cluster; skipped when DIR/ca.crt exists)
+# usage: pki.sh DIR NODE_NAME NODE_IP APISERVER_URL        (called by ignite_tf_dev.k8s.cluster; skipped when DIR/ca.crt exists)
 set -euo pipefail
 D=$1 NODE=$2 IP=$3 URL=$4
 [ -f "$D/ca.crt" ] && exit 0

@@ -19,10 +19,10 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
+from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
-from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
-from tests.k8sutil import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
+from tests.support.k8s import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 
 _SESSION_CLUSTER: list[LocalIgniteCluster] = []  # the session cluster, once a test has asked for it
 
@@ -106,7 +106,7 @@ def airflow_services(ignite_conn, tmp_path_factory):
     """Real Airflow services (API server with this project's plugins/, scheduler, DAG processor, triggerer) on a
     copy of dags/, shared by the modules that need them (REST, extra links, the browser tests); stopped at the
     end of the session, which checks that no process and no port is left. Yields ``(services, root)``."""
-    from tests.airflowsvc import start_project_services
+    from tests.support.airflow_services import start_project_services
 
     svc, root = start_project_services(tmp_path_factory.mktemp("airflow-services"), ignite_conn)
     try:

@@ -14,8 +14,8 @@ import urllib.error
 
 import pytest
 
-from tests.airflowsvc import wait_parsed
-from tests.airflowutil import SECRET
+from tests.support.airflow import SECRET
+from tests.support.airflow_services import wait_parsed
 
 DAG_ID = "ignite_tf_tabular_sync"
 
@@ -27,7 +27,7 @@ def services(airflow_services):
 
 def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services):
     from ignite_tf.registry.publish import ModelRegistry
-    from tests.clusterutil import assert_nothing_left
+    from tests.support.clusters import assert_nothing_left
 
     svc, root = services
     dag = wait_parsed(svc, DAG_ID)

@@ -12,7 +12,7 @@ import pytest
 import ignite_tf.data as itd
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
-from tests.sqldata import create_table
+from tests.support.sql import create_table
 
 
 def keys_read(plan: ShardPlan, conn, epoch: int) -> list[list[int]]:

@@ -162,7 +162,7 @@ def test_operator_logs_the_rows_it_scored(setup, ignite_conn, cache_name, monkey
     from structlog.testing import capture_logs
 
     from ignite_tf.operators.inference import BatchInferenceOperator
-    from tests.airflowutil import ignite_connection_env
+    from tests.support.airflow import ignite_connection_env
 
     for key, value in ignite_connection_env(ignite_conn).items():
         monkeypatch.setenv(key, value)

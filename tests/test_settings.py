@@ -26,7 +26,7 @@ def default_of(function, name: str):
 
 
 def schema_default(section: str, key: str):
-    from ignite_tf.dags.schema import schema
+    from ignite_tf.pipeline.schema import schema
 
     return schema()["properties"][section]["properties"][key]["default"]
 
@@ -60,8 +60,8 @@ def runtime_defaults():
 def test_max_restarts_startup_deadline_restart_policy_and_watchdog_agree_everywhere(tmp_path):
     from ignite_tf.cluster.api import start_cluster
     from ignite_tf.cluster.spec import ClusterSpec, build_spec
-    from ignite_tf.dags.spec import TrainingConfig, parse_spec
     from ignite_tf.operators.tensorflow import TFClusterOperator
+    from ignite_tf.pipeline.spec import TrainingConfig, parse_spec
 
     parsed = parse_spec(minimal_spec(tmp_path)).training
     cli = cli_start_defaults()
@@ -86,8 +86,8 @@ def test_max_restarts_startup_deadline_restart_policy_and_watchdog_agree_everywh
 
 
 def test_training_parameters_agree_between_yaml_operator_runtime_cli_and_runtime_functions(tmp_path):
-    from ignite_tf.dags.spec import parse_spec
     from ignite_tf.operators.tensorflow import TFClusterOperator
+    from ignite_tf.pipeline.spec import parse_spec
     from ignite_tf.runtime.train import serve, train
 
     parsed = parse_spec(minimal_spec(tmp_path)).training
@@ -125,7 +125,7 @@ def test_poll_interval_agrees_between_operator_sensor_and_trigger():
 
 
 def test_registry_root_default_of_the_schema_is_the_one_the_spec_uses(tmp_path, monkeypatch):
-    from ignite_tf.dags.spec import DEFAULT_REGISTRY, parse_spec
+    from ignite_tf.pipeline.spec import DEFAULT_REGISTRY, parse_spec
 
     assert schema_default("publish", "registry_root") == DEFAULT_REGISTRY
     assert DEFAULT_REGISTRY == f"${{{defaults.ENV_REGISTRY_ROOT}:-{defaults.DEFAULT_REGISTRY_ROOT}}}"
@@ -205,7 +205,7 @@ def test_old_operator_argument_keeps_the_operators_wiring_and_mapping():
     ("publish", "registry", "/tmp/registry", "registry_root"),
 ])
 def test_old_yaml_key_fails_naming_the_new_one(tmp_path, section, old, value, new):
-    from ignite_tf.dags.spec import SpecError, parse_spec
+    from ignite_tf.pipeline.spec import SpecError, parse_spec
 
     path = minimal_spec(tmp_path)
     doc = yaml.safe_load(path.read_text())
@@ -218,8 +218,8 @@ def test_old_yaml_key_fails_naming_the_new_one(tmp_path, section, old, value, ne
 
 
 def test_yaml_command_runs_a_script_with_airflows_python(tmp_path):
-    from ignite_tf.dags.factory import render
-    from ignite_tf.dags.spec import parse_spec
+    from ignite_tf.pipeline.factory import render
+    from ignite_tf.pipeline.spec import parse_spec
 
     (tmp_path / "train.py").write_text("print('hi')\n")
     for command, argv in [(["train.py", "--epochs", "3"], ["PY", "train.py", "--epochs", "3"]),
@@ -239,8 +239,8 @@ def test_one_class_per_name():
     LauncherKind, the interface that launches is a Launcher."""
     import ignite_tf.cluster.launcher as launcher
     import ignite_tf.cluster.spec as cluster_spec
-    import ignite_tf.dags.factory as factory
-    import ignite_tf.dags.spec as dag_spec
+    import ignite_tf.pipeline.factory as factory
+    import ignite_tf.pipeline.spec as dag_spec
 
     assert hasattr(cluster_spec, "ClusterTask") and not hasattr(cluster_spec, "TaskSpec")
     assert hasattr(factory, "TaskSpec") and not hasattr(dag_spec, "Launcher")

@@ -2,7 +2,7 @@
 # Root filesystem of the TensorFlow task image, from Debian's packages and the project's lock, no registry:
 #   rootfs.sh base     DIR LOCK_FILE      Debian bookworm (minbase) + python3 + every locked dependency
 #   rootfs.sh provider DIR PROJECT_DIR    the ignite-tf provider alone (a second, small layer)
-# Called by `python -m ignite_tf.dev.k8s.images`; docker/worker/Dockerfile makes the same image with a registry.
+# Called by `python -m ignite_tf_dev.k8s.images`; docker/worker/Dockerfile makes the same image with a registry.
 # Packages go to /usr/local/lib/python3.11/dist-packages, which Debian's python3 puts on sys.path.
 set -euo pipefail
 what=$1 dir=$2 src=$3

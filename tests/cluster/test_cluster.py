@@ -18,8 +18,8 @@ from ignite_tf.cluster.commands import task_command
 from ignite_tf.cluster.spec import ClusterSpec, Role, build_spec, cluster_id_from
 from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
 from ignite_tf.errors import ConfigError
-from tests.clusterutil import JOBS, PORTJOB, assert_nothing_left, cluster_processes, wait_for
-from tests.sqldata import create_table
+from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes, wait_for
+from tests.support.sql import create_table
 
 
 @pytest.fixture(scope="module")

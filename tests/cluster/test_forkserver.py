@@ -22,7 +22,7 @@ from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.etl.load import load
 from ignite_tf.plan.partitions import PartitionMap
-from tests.clusterutil import assert_nothing_left, cluster_processes, wait_for
+from tests.support.clusters import assert_nothing_left, cluster_processes, wait_for
 
 PROBE = textwrap.dedent('''
     """Reports what it got as JSON on stdout, then ends as argv[1] says: a status, a signal or an exception."""

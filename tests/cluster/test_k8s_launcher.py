@@ -14,13 +14,14 @@ import os
 import signal
 
 import pytest
+from ignite_tf_dev.k8s import cluster as local_k8s
 
 from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.state import ExitCode, Status
-from ignite_tf.dev.k8s import cluster as local_k8s
 from ignite_tf.plan.shards import ShardPlan
-from tests.k8slaunch import (
+from tests.support.k8s import wait_for
+from tests.support.k8s_launch import (
     assert_nothing_left,
     cluster_pods,
     end_pod,
@@ -30,8 +31,7 @@ from tests.k8slaunch import (
     wait_final,
     wait_running,
 )
-from tests.k8sutil import wait_for
-from tests.sqldata import create_table
+from tests.support.sql import create_table
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
 
@@ -238,7 +238,7 @@ def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, m
     from airflow.sdk.exceptions import TaskDeferred
 
     from ignite_tf.operators.tensorflow import TFClusterOperator
-    from tests.airflowutil import TaskContext, ignite_connection_env, migrate_db
+    from tests.support.airflow import TaskContext, ignite_connection_env, migrate_db
 
     core, ns = kube
     migrate_db()

@@ -14,7 +14,7 @@ from ignite_tf.cluster.k8s.memory import TF_BASELINE_MIB, estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.errors import ConfigError
-from tests.dags.test_factory import base_spec
+from tests.pipeline.test_factory import base_spec
 
 
 def _spec(mode="async"):
@@ -68,8 +68,8 @@ def test_memory_estimate_counts_model_batches_reader_and_baseline():
 
 
 def test_yaml_launcher_kubernetes_reaches_the_train_task(tmp_path):
-    from ignite_tf.dags.factory import build_dag, render
-    from ignite_tf.dags.spec import SpecError, parse_spec
+    from ignite_tf.pipeline.factory import build_dag, render
+    from ignite_tf.pipeline.spec import SpecError, parse_spec
 
     spec = base_spec(tmp_path)
     spec["training"].update(launcher="kubernetes", kubernetes={"namespace": "training", "placement": "required"})

@@ -24,8 +24,8 @@ from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.api import make_launcher
 from ignite_tf.cluster.state import Status
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
-from tests.k8slaunch import REAL_NODE, assert_nothing_left, use_local_k8s
-from tests.k8sutil import wait_for
+from tests.support.k8s import wait_for
+from tests.support.k8s_launch import REAL_NODE, assert_nothing_left, use_local_k8s
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
 
@@ -164,7 +164,7 @@ def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
 
     from airflow import settings
 
-    from tests.airflowutil import ignite_connection_env, migrate_db
+    from tests.support.airflow import ignite_connection_env, migrate_db
 
     core, ns = kube
     migrate_db()
@@ -182,7 +182,7 @@ def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
                      "epochs": 1, "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
                      "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}", **REAL_NODE}},
         "publish": {"registry_root": str(tmp_path / "registry"), "model": f"k8s_{mode}", "thresholds": {}}}))
-    (folder / "pipelines.py").write_text("# airflow dag\nfrom ignite_tf.dags import load_dags\n\n"
+    (folder / "pipelines.py").write_text("# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\n"
                                          "airflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n")
     module_spec = importlib.util.spec_from_file_location(f"dags_{uuid.uuid4().hex}", folder / "pipelines.py")
     module = importlib.util.module_from_spec(module_spec)

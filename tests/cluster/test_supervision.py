@@ -12,8 +12,8 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import ExitCode, Status
-from tests.clusterutil import JOBS, PORTJOB, assert_nothing_left, wait_for
-from tests.sqldata import create_table
+from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, wait_for
+from tests.support.sql import create_table
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,8 @@ def test_yaml_settings_reach_the_operator(tmp_path):
     are refused naming the field."""
     import yaml
 
-    from ignite_tf.dags.factory import render
-    from ignite_tf.dags.spec import SpecError, parse_spec
+    from ignite_tf.pipeline.factory import render
+    from ignite_tf.pipeline.spec import SpecError, parse_spec
 
     spec_dir = Path(__file__).parents[2] / "dags" / "specs"
     doc = yaml.safe_load((spec_dir / "tabular_sync.yaml").read_text())

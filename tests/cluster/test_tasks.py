@@ -21,8 +21,8 @@ from ignite_tf.cluster.spec import ClusterSpec, build_spec
 from ignite_tf.cluster.state import Status
 from ignite_tf.connection import DEFAULT_ADDRESS
 from ignite_tf.errors import ConfigError
-from tests.clusterutil import JOBS, assert_nothing_left, wait_for
-from tests.sqldata import create_table
+from tests.support.clusters import JOBS, assert_nothing_left, wait_for
+from tests.support.sql import create_table
 
 OTHER_SECRET = "postgres://etl:0ther-c0nn-s3cret@db.internal/warehouse"
 VENV_BIN = str(Path(sys.executable).parent)
@@ -172,7 +172,7 @@ def test_operator_task_gets_named_variables_and_no_other_connection(ignite_conn,
     from airflow.sdk import DAG
 
     from ignite_tf.operators.tensorflow import TFClusterOperator
-    from tests.airflowutil import SECRET, TaskContext, ignite_connection_env
+    from tests.support.airflow import SECRET, TaskContext, ignite_connection_env
 
     for key, value in ignite_connection_env(ignite_conn).items():
         monkeypatch.setenv(key, value)

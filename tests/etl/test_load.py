@@ -362,7 +362,8 @@ def start_own_cluster(state_dir, nodes: int = 2):
 
     A block found free can be taken before the JVMs bind it (parallel sessions): then try another one.
     """
-    from ignite_tf.dev.ignite.cluster import PORT_RANGES, LocalIgniteCluster, free_port_bases
+    from ignite_tf_dev.ignite.cluster import PORT_RANGES, LocalIgniteCluster, free_port_bases
+
     from ignite_tf.errors import IgniteTFError
 
     for attempt in range(3):

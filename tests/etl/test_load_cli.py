@@ -139,7 +139,7 @@ def test_bad_schema_arguments_name_what_is_allowed(ignite_conn, ignite_client, c
 
 
 def test_the_pipeline_schema_takes_the_same_type_names():
-    from ignite_tf.dags.schema import schema
+    from ignite_tf.pipeline.schema import schema
 
     declared = schema()["properties"]["source"]["properties"]["schema"]["additionalProperties"]["enum"]
     assert declared == list(COLUMN_TYPES)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflowutil import SECRET, TaskContext, ignite_connection_env, migrate_db
-from tests.clusterutil import assert_nothing_left, wait_for
+from tests.support.airflow import SECRET, TaskContext, ignite_connection_env, migrate_db
+from tests.support.clusters import assert_nothing_left, wait_for
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -227,7 +227,7 @@ def test_sensor_fails_with_reason_and_tail(handwritten_run, ignite_conn, tmp_pat
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.sensors.tf_cluster import TFClusterSensor
-    from tests.clusterutil import JOBS, PORTJOB
+    from tests.support.clusters import JOBS, PORTJOB
 
     launcher = make_launcher(ignite_conn)
     state = start_cluster("tabular_hw", {"command": [*PORTJOB, "1", "--fail-task", "worker-0"], "job_dir": str(JOBS)},

@@ -9,7 +9,7 @@ import pytest
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import CacheNotFoundError, TopologyChangedError
 from ignite_tf.plan.partitions import PartitionMap
-from tests.sqldata import create_table, private_cluster
+from tests.support.sql import create_table, private_cluster
 
 
 def scan_counts(client, cache: str, partitions: int) -> list[int]:

@@ -23,7 +23,7 @@ from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.reader.partition import STACKED, PartitionReader
-from tests.sqldata import sql
+from tests.support.sql import sql
 
 pytestmark = pytest.mark.integration
 FEATURES = demo_data.feature_columns()

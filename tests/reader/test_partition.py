@@ -9,13 +9,13 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from ignite_tf_dev.ignite.cluster import LocalIgniteCluster, pid_alive
 from pyignite import Client, GenericObjectMeta
 from pyignite.api.affinity import cache_get_node_partitions
 from pyignite.datatypes import DoubleObject, IntObject, LongObject, String
 from pyignite.utils import cache_id
 
 from ignite_tf.connection import IgniteConnectionConfig
-from ignite_tf.dev.ignite.cluster import LocalIgniteCluster, pid_alive
 from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.reader.partition import HASH_SPACE, PartitionReader, ReadTask, key_hash, tf_dataset
 

@@ -15,7 +15,7 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
-from tests.clusterutil import assert_nothing_left, wait_for
+from tests.support.clusters import assert_nothing_left, wait_for
 
 CACHE = "training_tabular"
 TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "mnist_keras_tutorial"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import polling
+from tests.support import polling
 
 
 def chrome(download_dir: Path | None = None):
@@ -33,7 +33,7 @@ def login(driver, svc) -> None:
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition", driver=None):
-    """:func:`tests.polling.wait_for`, showing the end of the page on a timeout."""
+    """:func:`tests.support.polling.wait_for`, showing the end of the page on a timeout."""
     seen = (lambda: driver.page_source[-3000:]) if driver is not None else None
     return polling.wait_for(predicate, timeout, what, poll=0.5, seen=seen)
 

@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
-from tests.airflowsvc import free_ports, wait_parsed
-from tests.airflowutil import SECRET
+from tests.support.airflow import SECRET
+from tests.support.airflow_services import free_ports, wait_parsed
 from tests.ui.browser import chrome, click, login, wait_for
 
 pytestmark = pytest.mark.integration

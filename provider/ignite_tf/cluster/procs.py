@@ -1,6 +1,6 @@
 """Processes and ports of local clusters on this machine: free port blocks, pid checks, stopping by pid.
 
-Used by :mod:`ignite_tf.dev.ignite.cluster` for Ignite server JVMs and by the TensorFlow cluster launcher and the
+Used by :mod:`ignite_tf_dev.ignite.cluster` for Ignite server JVMs and by the TensorFlow cluster launcher and the
 tests for their own processes.
 """
 

@@ -1,30 +1,8 @@
-"""``python -m ignite_tf.dags SPEC...``: check pipeline specs without Airflow (exit status 1 if any is invalid)."""
-
-from __future__ import annotations
+"""Deprecated: ``python -m ignite_tf.pipeline SPEC...`` checks pipeline specs."""
 
 import sys
 
-from ignite_tf.dags.spec import parse_spec
-from ignite_tf.errors import SpecError
-
-
-def main(argv: list[str] | None = None) -> int:
-    files = sys.argv[1:] if argv is None else argv
-    if not files:
-        print("usage: python -m ignite_tf.dags SPEC.yaml [SPEC.yaml ...]", file=sys.stderr)
-        return 2
-    failed = 0
-    for path in files:
-        try:
-            config = parse_spec(path)
-        except SpecError as exc:
-            failed += 1
-            print(f"INVALID {exc}", file=sys.stderr)
-        else:
-            extra = f" + {config.dag_id}_inference" if config.inference else ""
-            print(f"ok      {path}: {config.dag_id}{extra}")
-    return 1 if failed else 0
-
+from ignite_tf.pipeline.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -66,7 +66,7 @@ class WaitsForCluster:
     ``TFClusterSensor``): the cluster's summary, or AirflowException naming why it failed."""
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
-        from ignite_tf.hooks.tf_cluster import result_of
+        from ignite_tf.triggers.cluster_events import result_of
 
         summary = result_of(event)
         self.log.info("TensorFlow cluster %s succeeded: %s", event["cluster_id"], summary.get("metrics"))

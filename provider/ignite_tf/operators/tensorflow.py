@@ -153,7 +153,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             )
         final = launcher.wait(cluster_id, poll_s=self.poll_interval,
                               on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
-        from ignite_tf.hooks.tf_cluster import event_for
+        from ignite_tf.triggers.cluster_events import event_for
 
         return self.execute_complete(context, event_for(final, launcher))
 

@@ -42,7 +42,7 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     def poke(self, context) -> Any:
         from airflow.sdk.bases.sensor import PokeReturnValue
 
-        from ignite_tf.hooks.tf_cluster import event_for, launcher_for
+        from ignite_tf.triggers.cluster_events import event_for, launcher_for
 
         launcher = launcher_for(self.ignite_conn_id, None)
         state, alive = launcher.settled(self.cluster_id)

@@ -16,7 +16,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
-from ignite_tf.hooks.tf_cluster import event_for, launcher_for
+from ignite_tf.triggers.cluster_events import event_for, launcher_for
 
 __all__ = ["TFClusterTrigger", "event_for", "launcher_for"]  # the helpers' old home
 

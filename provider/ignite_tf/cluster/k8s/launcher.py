@@ -33,7 +33,7 @@ STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook 
 
 def default_image() -> str:
     """The project's task image for this source tree (the one the local Kubernetes imports)."""
-    from ignite_tf.dev.k8s.images import task_image_ref
+    from ignite_tf_dev.k8s.images import task_image_ref
 
     return task_image_ref()
 

@@ -14,11 +14,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster
 
-from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster
 from ignite_tf.errors import AuthenticationFailedError, IgniteUnavailableError
-from tests.airflowutil import migrate_db
-from tests.clusterutil import assert_nothing_left
+from tests.support.airflow import migrate_db
+from tests.support.clusters import assert_nothing_left
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"

@@ -13,10 +13,10 @@ import uuid
 from importlib.metadata import version
 
 import pytest
+from ignite_tf_dev.k8s import cluster as local_k8s
+from ignite_tf_dev.k8s.images import task_image_ref
 
-from ignite_tf.dev.k8s import cluster as local_k8s
-from ignite_tf.dev.k8s.images import task_image_ref
-from tests.k8sutil import wait_for
+from tests.support.k8s import wait_for
 
 # The first test to use the session cluster may build it (about 30 minutes on a cold 2-core machine);
 # every wait inside a test is bounded on its own.
@@ -188,7 +188,7 @@ def test_down_puts_back_the_host_settings_a_killed_start_left(tmp_path):
     the next `down` (which `up` runs first) writes the recorded values back. Needs root, like the cluster."""
     from pathlib import Path
 
-    from ignite_tf.dev.k8s import host as local_k8s_host
+    from ignite_tf_dev.k8s import host as local_k8s_host
 
     layout = local_k8s.Layout(tmp_path)
     knob = Path("/proc/sys/vm/overcommit_memory")

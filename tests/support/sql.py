@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from contextlib import contextmanager
 
-from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
 
 def sql(client, query: str) -> list[list]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from ignite_tf_dev.k8s import cluster as local_k8s
+
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects
-from ignite_tf.dev.k8s import cluster as local_k8s
-from tests.k8sutil import wait_for
+from tests.support.k8s import wait_for
 
 SIMULATED_IMAGE = "simulated/never-pulled:1"
 ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}

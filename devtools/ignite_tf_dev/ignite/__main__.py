@@ -1,5 +1,5 @@
-"""``python -m ignite_tf.dev.ignite``: what the Makefile's
-``ignite-up``, ``ignite-down`` and ``ignite-status`` targets run. See :mod:`ignite_tf.dev.ignite.cluster`.
+"""``python -m ignite_tf_dev.ignite``: what the Makefile's
+``ignite-up``, ``ignite-down`` and ``ignite-status`` targets run. See :mod:`ignite_tf_dev.ignite.cluster`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf.dev.ignite.cluster import CONNECTION_FILE, DEFAULT_PORT, LocalIgniteCluster
-from ignite_tf.dev.ignite.jvm import IGNITE_HOME, ensure_jars, ignite_version
 from ignite_tf.errors import IgniteTFError
+from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, DEFAULT_PORT, LocalIgniteCluster
+from ignite_tf_dev.ignite.jvm import IGNITE_HOME, ensure_jars, ignite_version
 
 
 def default_state_dir() -> Path:
@@ -21,7 +21,7 @@ def default_state_dir() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ignite_tf.dev.ignite", description="Run Apache Ignite server nodes on localhost.",
+        prog="python -m ignite_tf_dev.ignite", description="Run Apache Ignite server nodes on localhost.",
         epilog="With --auth the password of user 'ignite' is taken from $IGNITE_TF_PASSWORD (default: ignite).")
     parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
                         help="the cluster's folder: pids, logs, work folders (default $IGNITE_TF_STATE_DIR "

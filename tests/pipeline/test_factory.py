@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ignite_tf.dags.schema import schema
-from ignite_tf.dags.spec import SpecError, parse_spec
+from ignite_tf.pipeline.schema import schema
+from ignite_tf.pipeline.spec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -260,7 +260,7 @@ def test_bad_spec_names_file_field_and_what_is_allowed(tmp_path, mutate, field, 
 
 
 def test_training_env_reaches_the_train_task(tmp_path):
-    from ignite_tf.dags.factory import build_dag, render
+    from ignite_tf.pipeline.factory import build_dag, render
 
     spec = base_spec(tmp_path)
     spec["training"]["env"] = ["WANDB_API_KEY", "MY_FLAG=1"]
@@ -311,7 +311,7 @@ def test_env_expansion_typed_and_defaulted(tmp_path, monkeypatch):
 
 
 def test_generator_file_relative_to_spec_and_called_lazily():
-    from ignite_tf.dags.factory import GeneratorSource, render
+    from ignite_tf.pipeline.factory import GeneratorSource, render
 
     config = parse_spec(DAGS / "specs" / "user_script.yaml")
     target = DAGS / "examples" / "mnist_keras_tutorial" / "digits.py"
@@ -333,7 +333,7 @@ def _module(path: Path):
 def test_a_bad_spec_does_not_hide_the_good_ones(tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
-    from ignite_tf.dags import load_dags
+    from ignite_tf.pipeline import load_dags
 
     folder = tmp_path / "dags"
     (folder / "specs").mkdir(parents=True)
@@ -361,7 +361,7 @@ def test_check_command(tmp_path):
     bad = base_spec(tmp_path)
     bad["training"]["workers"] = 0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    proc = subprocess.run([sys.executable, "-m", "ignite_tf.dags", *map(str, SPECS), str(tmp_path / "bad.yaml")],
+    proc = subprocess.run([sys.executable, "-m", "ignite_tf.pipeline", *map(str, SPECS), str(tmp_path / "bad.yaml")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stdout.count("ok ") == len(SPECS) and "bad.yaml: training.workers" in proc.stderr
@@ -387,8 +387,8 @@ def test_parsing_is_fast_and_imports_no_tensorflow():
     code = textwrap.dedent(f"""
         import sys, time
         started = time.perf_counter()
-        from ignite_tf.dags.spec import parse_spec
-        from ignite_tf.dags.factory import render
+        from ignite_tf.pipeline.spec import parse_spec
+        from ignite_tf.pipeline.factory import render
         for path in {[str(p) for p in SPECS]!r}:
             render(parse_spec(path))
         took = time.perf_counter() - started
@@ -408,7 +408,7 @@ def test_parsing_is_fast_and_imports_no_tensorflow():
 
 @pytest.fixture(scope="module")
 def airflow_env(ignite_conn, tmp_path_factory):
-    from tests.airflowutil import ignite_connection_env, migrate_db
+    from tests.support.airflow import ignite_connection_env, migrate_db
 
     migrate_db()
     root = tmp_path_factory.mktemp("dag-factory")
@@ -452,7 +452,7 @@ def test_bad_run_conf_is_rejected_before_any_task(airflow_env):
 
 def test_tabular_sync_end_to_end_then_inference(airflow_env, ignite_client):
     from ignite_tf.registry.publish import ModelRegistry
-    from tests.clusterutil import assert_nothing_left
+    from tests.support.clusters import assert_nothing_left
 
     root, module = airflow_env
     dag = module.ignite_tf_tabular_sync
@@ -486,7 +486,7 @@ def test_tabular_sync_end_to_end_then_inference(airflow_env, ignite_client):
 
 def test_tabular_async_end_to_end(airflow_env):
     from ignite_tf.registry.publish import ModelRegistry
-    from tests.clusterutil import assert_nothing_left
+    from tests.support.clusters import assert_nothing_left
 
     root, module = airflow_env
     dag = module.ignite_tf_tabular_async
@@ -510,7 +510,7 @@ def test_tabular_async_end_to_end(airflow_env):
 
 def test_user_script_end_to_end(airflow_env):
     """The tutorial script runs unchanged on 2 workers: the launcher gives each its TF_CONFIG and shard."""
-    from tests.clusterutil import assert_nothing_left
+    from tests.support.clusters import assert_nothing_left
 
     _, module = airflow_env
     dag = module.ignite_tf_user_script
@@ -561,7 +561,7 @@ def test_model_args_from_yaml_reach_the_entry_point_and_classes_come_from_the_la
         "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2, "epochs": 1,
                      "batch_size": 32, "model_args": {"hidden": 7}}}))
     (root / "dags" / "model_args_dag.py").write_text(
-        "# airflow dag\nfrom ignite_tf.dags import load_dags\n\nload_dags(__file__, 'model_args/*.yaml', globals())\n")
+        "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\nload_dags(__file__, 'model_args/*.yaml', globals())\n")
     dag = _module(root / "dags" / "model_args_dag.py").ignite_tf_model_args
     assert dag.params["model_args"] == {"hidden": 7}
     run = dag.test()

@@ -1,4 +1,4 @@
-"""Fixtures for tests on the local Kubernetes (``ignite_tf.dev.k8s.cluster``): one cluster per session, one
+"""Fixtures for tests on the local Kubernetes (``ignite_tf_dev.k8s.cluster``): one cluster per session, one
 namespace per test. Imported by tests/conftest.py.
 
 The session fixture builds the binaries and images the first time (about 30 minutes on 2 cores; then
@@ -13,10 +13,10 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+from ignite_tf_dev.k8s import cluster as local_k8s
+from ignite_tf_dev.k8s import host as local_k8s_host
 
-from ignite_tf.dev.k8s import cluster as local_k8s
-from ignite_tf.dev.k8s import host as local_k8s_host
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 @dataclass

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ignite_tf_dev.ignite.cluster import LocalIgniteCluster, pid_alive
 
 from ignite_tf.cluster.procs import PORT_RANGES, free_port_bases
-from ignite_tf.dev.ignite.cluster import LocalIgniteCluster, pid_alive
 from ignite_tf.errors import IgniteTFError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ of 30 ports from its port base P: thin client P..P+9 (node i on P+i), discovery 
 P+20..P+29. Two clusters with different state folders and port blocks never touch each other: ``down`` stops
 the pids recorded in its own state folder only, and ``up`` refuses a block with a port in use, since a
 foreign node inside the discovery range would merge the two clusters. The JVM side (jars, java, options) is
-in :mod:`ignite_tf.dev.ignite.jvm`, ports and pids in :mod:`ignite_tf.cluster.procs`.
+in :mod:`ignite_tf_dev.ignite.jvm`, ports and pids in :mod:`ignite_tf.cluster.procs`.
 
 Optionally, as a secured production cluster would run:
 
@@ -14,14 +14,14 @@ Optionally, as a secured production cluster would run:
   password of user ``ignite`` is changed from Ignite's default to the one given (through SQL, so it is never
   on a command line). The readiness check logs in; a refused login fails at once, naming the user.
 - ``tls``: the thin-client port speaks TLS only, with a certificate made for this cluster in ``tls/``
-  (:mod:`ignite_tf.dev.ignite.tls`); clients verify it (``ssl_ca_certfile``).
+  (:mod:`ignite_tf_dev.ignite.tls`); clients verify it (``ssl_ca_certfile``).
 
 ``connection.json`` in the state folder (mode 600: it holds the password) is a connection file for
 ``ignite-tf -c``. ``down`` removes it with the work folders (persistence files) and certificates.
 
-    python -m ignite_tf.dev.ignite up -n 2 [--port 10800] [--state-dir DIR] [--auth] [--tls]
-    python -m ignite_tf.dev.ignite status [--state-dir DIR]
-    python -m ignite_tf.dev.ignite down [--state-dir DIR]
+    python -m ignite_tf_dev.ignite up -n 2 [--port 10800] [--state-dir DIR] [--auth] [--tls]
+    python -m ignite_tf_dev.ignite status [--state-dir DIR]
+    python -m ignite_tf_dev.ignite down [--state-dir DIR]
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ from ignite_tf.cluster.procs import (
     port_free,
     tail_of,
 )
-from ignite_tf.dev.ignite.jvm import (
+from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
+from ignite_tf_dev.ignite.jvm import (
     CONF_DIR,
     JAVA17_OPTS,
     ensure_jars,
     java_binary,
     keytool_binary,
 )
-from ignite_tf.dev.ignite.tls import TlsFiles, make_certificates
-from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
+from ignite_tf_dev.ignite.tls import TlsFiles, make_certificates
 
 DEFAULT_PORT = 10800
 # Ignite creates this user, with this password, when an authenticated cluster is first activated.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.sqldata import listening
+from tests.support.sql import listening
 
 JOBS = Path(__file__).parent / "jobs"
 PORTJOB = [sys.executable, str(JOBS / "portjob.py")]

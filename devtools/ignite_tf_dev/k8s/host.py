@@ -1,4 +1,4 @@
-"""What a local Kubernetes needs from, and changes on, this host (used by :mod:`ignite_tf.dev.k8s.cluster`).
+"""What a local Kubernetes needs from, and changes on, this host (used by :mod:`ignite_tf_dev.k8s.cluster`).
 
 Debian packages (installed when missing), and the host settings the real node changes: the kubelet rewrites
 a few sysctls, kube-proxy sets ``route_localnet``, the bridge CNI plugin turns on ``ip_forward`` and makes a

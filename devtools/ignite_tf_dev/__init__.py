@@ -5,5 +5,5 @@ They run from a source checkout: configuration (``docker/``, ``k8s/``) and the d
 
 from pathlib import Path
 
-SOURCE_TREE = Path(__file__).resolve().parents[3]
-"""The checkout this package runs from (``provider/ignite_tf/dev`` is three levels below it)."""
+SOURCE_TREE = Path(__file__).resolve().parents[2]
+"""The checkout this package runs from (``devtools/ignite_tf_dev`` is two levels below it)."""

@@ -6,12 +6,12 @@ named by version (``$IGNITE_TF_HOME/k8s-<version>``, default ``~/.cache/ignite-t
 containerd, runc and the CNI plugins come from Debian's packages. ``up`` starts etcd, the control plane,
 N simulated nodes (kwok) and one real node (kubelet + containerd + kube-proxy) and returns when every node
 is Ready; ``down`` stops every process by pid, removes the containers and restores what the start changed on
-the host (:mod:`ignite_tf.dev.k8s.host`). Images come from :mod:`ignite_tf.dev.k8s.images`.
+the host (:mod:`ignite_tf_dev.k8s.host`). Images come from :mod:`ignite_tf_dev.k8s.images`.
 
-    python -m ignite_tf.dev.k8s build        # binaries, kwok, pause and task images (once)
-    python -m ignite_tf.dev.k8s up -n 3      # last line: export KUBECONFIG=...
-    python -m ignite_tf.dev.k8s status
-    python -m ignite_tf.dev.k8s down
+    python -m ignite_tf_dev.k8s build        # binaries, kwok, pause and task images (once)
+    python -m ignite_tf_dev.k8s up -n 3      # last line: export KUBECONFIG=...
+    python -m ignite_tf_dev.k8s status
+    python -m ignite_tf_dev.k8s down
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from string import Template
 import yaml
 
 from ignite_tf.cluster.procs import kill_and_wait, pid_alive, port_free
-from ignite_tf.dev.k8s import host
-from ignite_tf.dev.k8s.layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf_dev.k8s import host
+from ignite_tf_dev.k8s.layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
 
 APISERVER_PORT = 6443
 ETCD_PORTS = (2379, 2380, 2381)
@@ -91,7 +91,7 @@ def build(layout: Layout | None = None, jobs: int = 2) -> None:
         if proc.returncode != 0:
             raise IgniteTFError(f"building Kubernetes failed (exit {proc.returncode}); log {log}:\n"
                                 f"{host.tail(log)}")
-    from ignite_tf.dev.k8s import images
+    from ignite_tf_dev.k8s import images
 
     images.ensure_image_files(layout)
 
@@ -210,7 +210,7 @@ def _start_control_plane(layout: Layout, ip: str) -> None:
 
 
 def _start_real_node(layout: Layout, ip: str) -> None:
-    from ignite_tf.dev.k8s import images
+    from ignite_tf_dev.k8s import images
 
     run, p = layout.run, layout.pki
     cfg = _render("containerd.toml", run / "containerd.toml", home=layout.home, run=run,
@@ -361,7 +361,7 @@ def status(layout: Layout | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ignite_tf.dev.k8s",
+    parser = argparse.ArgumentParser(prog="python -m ignite_tf_dev.k8s",
                                      description="A local Kubernetes: control plane, kwok nodes, one real node.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help=f"build Kubernetes {K8S_VERSION}, kwok and the images (once)")

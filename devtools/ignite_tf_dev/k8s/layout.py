@@ -1,6 +1,6 @@
 """Where a local Kubernetes lives: versions, the cache folder and one cluster's file layout.
 
-Shared by :mod:`ignite_tf.dev.k8s.cluster` (start and stop) and :mod:`ignite_tf.dev.k8s.images` (image builds).
+Shared by :mod:`ignite_tf_dev.k8s.cluster` (start and stop) and :mod:`ignite_tf_dev.k8s.images` (image builds).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ignite_tf.dev import SOURCE_TREE
+from ignite_tf_dev import SOURCE_TREE
 
 K8S_VERSION = "v1.33.13"  # v1.31/v1.32 cannot be built from the module proxy (403 on staging modules)
 KWOK_VERSION = "v0.8.0"

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.dags.schema import param_bounds
-from ignite_tf.dags.spec import PipelineConfig
+from ignite_tf.pipeline.schema import param_bounds
+from ignite_tf.pipeline.spec import PipelineConfig
 
 OPERATORS = "ignite_tf.operators"
 

@@ -25,10 +25,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from ignite_tf.dev import SOURCE_TREE
-from ignite_tf.dev.k8s.host import ctr, tail
-from ignite_tf.dev.k8s.layout import K8S_VERSION, Layout
 from ignite_tf.errors import IgniteTFError
+from ignite_tf_dev import SOURCE_TREE
+from ignite_tf_dev.k8s.host import ctr, tail
+from ignite_tf_dev.k8s.layout import K8S_VERSION, Layout
 
 PROJECT_DIR = SOURCE_TREE
 LOCK = PROJECT_DIR / "requirements" / "lock.txt"
@@ -135,7 +135,7 @@ def _write_archive(stream, ref: str, layers: list[Path], env: list[str], cmd: li
         "architecture": "amd64", "os": "linux",
         "config": {"Env": env, "Cmd": cmd, "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [{"created_by": "ignite_tf.dev.k8s.images"} for _ in layers],
+        "history": [{"created_by": "ignite_tf_dev.k8s.images"} for _ in layers],
     }).encode()
     config_name = hashlib.sha256(config).hexdigest() + ".json"
     layer_names = [f"{d.split(':')[1]}/layer.tar" for d in diff_ids]

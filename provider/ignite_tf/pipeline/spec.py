@@ -23,7 +23,6 @@ import yaml
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
-from ignite_tf.dags.schema import field_path, schema_problems
 from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
@@ -35,6 +34,7 @@ from ignite_tf.defaults import (
 )
 from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecError
+from ignite_tf.pipeline.schema import field_path, schema_problems
 from ignite_tf.plan.shards import Reshuffle
 
 DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"

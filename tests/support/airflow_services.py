@@ -21,8 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-
-from ignite_tf.dev.ignite.cluster import port_free
+from ignite_tf_dev.ignite.cluster import port_free
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -167,7 +166,7 @@ def start_project_services(root: Path, ignite_conn, rows: int = 2000) -> tuple[A
     """This project's dags/ (copied) and plugins/ on real services; runs and the registry under ``root``."""
     import shutil
 
-    from tests.airflowutil import ignite_connection_env
+    from tests.support.airflow import ignite_connection_env
 
     shutil.copytree(REPO / "dags", root / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(ignite_connection_env(ignite_conn))

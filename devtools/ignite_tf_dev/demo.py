@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ignite_tf.dev import SOURCE_TREE
+from ignite_tf_dev import SOURCE_TREE
 
 REPO = SOURCE_TREE
 DEFAULT_DAG = "ignite_tf_tabular_sync"
@@ -150,14 +150,14 @@ def report(dag, run) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ignite_tf.dev.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ignite_tf_dev.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000, help="rows for the data-layer part (default 100000)")
     parser.add_argument("--dag", default=None, help=f"DAG to run (default {DEFAULT_DAG})")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--skip-dag", action="store_true", help="only the data layer")
     args = parser.parse_args(argv)
 
-    from ignite_tf.dev.ignite.cluster import LocalIgniteCluster
+    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
     started = time.monotonic()
     state = Path(tempfile.mkdtemp(prefix="ignite-tf-demo-"))

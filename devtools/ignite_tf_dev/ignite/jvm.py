@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ignite_tf.dev import SOURCE_TREE
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf_dev import SOURCE_TREE
 
 IGNITE_HOME = Path(os.environ.get("IGNITE_TF_HOME", Path.home() / ".cache" / "ignite-tf"))
 # docker/ignite of the source tree (pom.xml, ignite-node.xml); overridable for installed copies.

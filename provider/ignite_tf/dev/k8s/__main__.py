@@ -1,7 +1,0 @@
-"""``python -m ignite_tf.dev.k8s build|up|status|down``: the local Kubernetes (see :mod:`ignite_tf.dev.k8s.cluster`)."""
-
-import sys
-
-from ignite_tf.dev.k8s.cluster import main
-
-sys.exit(main())
