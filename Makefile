@@ -17,7 +17,7 @@ STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup browser lock test demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
+.PHONY: setup browser lock test docs demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,11 @@ lock:
 
 test: setup browser
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The docs site (mkdocs.yml, docs/) into site/; --strict makes a broken link or anchor an error.
+# NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner, not a warning about these docs.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 
 demo: setup
 	$(PY) -m ignite_tf_dev.demo

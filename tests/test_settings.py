@@ -1,4 +1,4 @@
-"""One name and one default per setting: YAML schema, parsed spec, operators, CLIs, core functions, README.
+"""One name and one default per setting: YAML schema, parsed spec, operators, CLIs, core functions, the docs' settings table.
 
 Every default is read from where it takes effect (``inspect.signature``, the JSON schema, the argparse
 parsers, a parsed spec), not copied here, so a place that drifts fails this test.
@@ -134,8 +134,8 @@ def test_registry_root_default_of_the_schema_is_the_one_the_spec_uses(tmp_path, 
     assert parsed.publish.registry_root == str(Path(defaults.DEFAULT_REGISTRY_ROOT).expanduser())
 
 
-def test_readme_settings_table_shows_the_defaults():
-    text = (ROOT / "README.md").read_text()
+def test_docs_settings_table_shows_the_defaults():
+    text = (ROOT / "docs" / "reference" / "settings.md").read_text()
     table = text[text.index("| setting | YAML | operator argument | CLI flag | default |"):].split("\n\n")[0]
     rows = {}
     for line in table.splitlines()[2:]:

@@ -1,0 +1,69 @@
+"""The docs site builds with ``mkdocs build --strict`` (a broken link or anchor fails it), offline, and its YAML
+spec reference, generated from the pipeline schema, shows every key of the schema; the README's links into the
+site point at pages that exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "provider" / "ignite_tf" / "resources" / "pipeline.schema.json"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    # Material's end-of-life banner is noise here; it is not a warning of the build.
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING" not in done.stderr, done.stderr
+    return out
+
+
+def key_paths(node: dict, path: str = "") -> list[str]:
+    """Every key of the schema as the page anchors it: ``training.kubernetes.placement``; a list's items ``-item``."""
+    out = []
+    for key, child in node.get("properties", {}).items():
+        child_path = f"{path}.{key}" if path else key
+        out += [child_path, *key_paths(child, child_path)]
+    for alternative in node.get("anyOf", []) + node.get("oneOf", []):
+        out += key_paths(alternative, path)
+    if isinstance(node.get("items"), dict):
+        out += key_paths(node["items"], f"{path}-item")
+    return out
+
+
+def test_site_builds_strict_and_the_yaml_page_lists_every_schema_key(site):
+    page = (site / "reference" / "yaml-spec" / "index.html").read_text()
+    anchors = set(re.findall(r'id="([^"]+)"', page))
+    schema = json.loads(SCHEMA.read_text())
+    top_level = list(schema["properties"])
+    assert top_level and not [k for k in top_level if k not in anchors]
+    for key in top_level:
+        assert f"<code>{key}</code>" in page, key
+    every = key_paths(schema)
+    assert len(every) > len(top_level)
+    assert not [p for p in every if p not in anchors]
+    # Defaults come from the schema too: e.g. training.restart_policy's.
+    assert f"<code>{schema['properties']['training']['properties']['restart_policy']['default']}</code>" in page
+
+
+def test_site_keeps_the_readme_screenshots(site):
+    for name in ("ignite-tf-page.png", "trigger-form.png"):
+        assert (site / name).is_file(), name
+
+
+def test_readme_links_point_at_files_that_exist():
+    text = (ROOT / "README.md").read_text()
+    targets = [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in t]
+    assert any(t.startswith("docs/") for t in targets)
+    assert not [t for t in targets if not (ROOT / t).exists()]
