@@ -1,6 +1,6 @@
-"""The docs site builds with ``mkdocs build --strict`` (a broken link or anchor fails it), offline, and its YAML
-spec reference, generated from the pipeline schema, shows every key of the schema; the README's links into the
-site point at pages that exist."""
+"""The docs site builds with ``mkdocs build --strict`` (a broken link or anchor fails it), offline; its generated
+pages show every key of the pipeline schema and every command of the CLI; the README's links into the site point
+at pages that exist."""
 
 from __future__ import annotations
 
@@ -55,6 +55,14 @@ def test_site_builds_strict_and_the_yaml_page_lists_every_schema_key(site):
     assert not [p for p in every if p not in anchors]
     # Defaults come from the schema too: e.g. training.restart_policy's.
     assert f"<code>{schema['properties']['training']['properties']['restart_policy']['default']}</code>" in page
+
+
+def test_cli_page_shows_every_command_as_its_help_prints_it(site):
+    page = (site / "reference" / "cli" / "index.html").read_text()
+    for command in ("start", "stop", "attach", "ps", "tensorboard", "load"):
+        assert f"usage: ignite-tf {command} " in page, command
+        assert f'id="ignite-tf-{command}"' in page, command
+    assert "usage: python -m ignite_tf.runtime " in page and "--progress-timeout" in page
 
 
 def test_site_keeps_the_readme_screenshots(site):
