@@ -220,6 +220,6 @@ def render(schema: dict[str, Any]) -> str:
     renderer = Renderer(schema)
     intro = []
     if schema.get("description"):
-        intro += [escape_text(schema["description"]), ""]
+        intro += ['!!! abstract "The schema\'s summary"', "", "    " + escape_text(schema["description"]), ""]
     renderer.section("", schema, 2)
     return "\n".join(intro) + "\n" + "\n".join(renderer.sections)
