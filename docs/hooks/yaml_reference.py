@@ -59,24 +59,45 @@ class Renderer:
             raise KeyError(f"pipeline.schema.json: unresolvable $ref {ref!r}")
         merged = dict(self.resolve(self.defs[name]))
         merged.update({k: v for k, v in node.items() if k != "$ref"})
-        if "description" not in node and "description" in self.defs[name]:
-            merged["description"] = self.defs[name]["description"]
         return merged
+
+    def mapping(self, node: dict[str, Any]) -> dict[str, Any]:
+        """The keys a node allows as a mapping: its own and those of its ``allOf``/``anyOf``/``oneOf`` parts; a key
+        is required where the node itself or an ``allOf`` part requires it."""
+        node = self.resolve(node)
+        properties, required = dict(node.get("properties", {})), set(node.get("required", []))
+        for kind in ("allOf", "anyOf", "oneOf"):
+            for part in node.get(kind, []):
+                part = self.mapping(part)
+                for key, child in part["properties"].items():
+                    properties.setdefault(key, child)
+                if kind == "allOf":
+                    required |= set(part["required"])
+        return {"properties": properties, "required": required}
+
+    def sub_mapping(self, node: dict[str, Any]):
+        """``(path suffix, node)`` of a mapping with named keys under this key (a list of them: ``[]``), else None."""
+        if self.mapping(node)["properties"]:
+            return "", node
+        items = node.get("items")
+        if isinstance(items, dict) and self.mapping(items)["properties"]:
+            return "[]", items
+        return None
 
     def section(self, path: str, node: dict[str, Any], level: int) -> None:
         node = self.resolve(node)
-        mapping = object_form(node)
-        required = set(mapping.get("required", []))
+        mapping = self.mapping(node)
+        required = mapping["required"]
         title = "Top-level keys" if not path else f"`{path}`"
         lines = [f"{'#' * level} {title} {{#{anchor(path) if path else 'top-level-keys'}}}", ""]
         if path and node.get("description"):
             lines += [escape_text(node["description"]), ""]
         lines += ["| key | type | default | description |", "|---|---|---|---|"]
         nested = []
-        for key, child in mapping.get("properties", {}).items():
+        for key, child in mapping["properties"].items():
             child_path = f"{path}.{key}" if path else key
             child = self.resolve(child)
-            sub = sub_mapping(child)
+            sub = self.sub_mapping(child)
             if sub is not None:
                 nested.append((child_path + sub[0], sub[1]))
             lines.append(self.row(child_path, key, child, key in required, sub))
@@ -102,26 +123,6 @@ class Renderer:
 def anchor(path: str) -> str:
     """The HTML id of a key: its path (``training.kubernetes.placement``); ``[]`` (a list's items) as ``-item``."""
     return path.replace("[]", "-item")
-
-
-def object_form(node: dict[str, Any]) -> dict[str, Any]:
-    """The mapping a node allows: itself, or its object alternative in an ``anyOf``/``oneOf``."""
-    if "properties" in node:
-        return node
-    for alternative in node.get("anyOf", []) + node.get("oneOf", []):
-        if "properties" in alternative:
-            return alternative
-    return node
-
-
-def sub_mapping(node: dict[str, Any]):
-    """``(path suffix, node)`` of a mapping with named keys under this key (a list of them: ``[]``), else None."""
-    if "properties" in object_form(node):
-        return "", node
-    items = node.get("items")
-    if isinstance(items, dict) and "properties" in items:
-        return "[]", items
-    return None
 
 
 def type_text(node: dict[str, Any], renderer: Renderer) -> str:
@@ -165,7 +166,7 @@ def one_type(kind: str, node: dict[str, Any], renderer: Renderer) -> str:
         items = node.get("items")
         text = "list"
         if isinstance(items, dict) and items:
-            of = "mappings" if "properties" in items else type_text(items, renderer)
+            of = "mappings" if renderer.mapping(items)["properties"] else type_text(items, renderer)
             text += f" of ({of})" if ", " in of or " or " in of else f" of {of}"
         counts = (node.get("minItems"), node.get("maxItems"))
         if counts[0] is not None and counts[0] == counts[1]:
@@ -180,7 +181,7 @@ def one_type(kind: str, node: dict[str, Any], renderer: Renderer) -> str:
         return text
     if kind == "object":
         extra = node.get("additionalProperties")
-        if "properties" in node:
+        if renderer.mapping(node)["properties"]:
             return "mapping"
         if isinstance(extra, dict) and extra:
             return "mapping of name to " + type_text(extra, renderer)
