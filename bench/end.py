@@ -68,9 +68,9 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
 
 
 def run(rows: int, epochs: int, repeat: int, quiet: bool, baseline: str | None = None) -> dict:
+    from ignite_tf_dev.demo_data import tabular
     from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
-    from ignite_tf.demo_data import tabular
     from ignite_tf.etl.load import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs}

@@ -78,10 +78,10 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
 
 
 def run(rows: int) -> list[dict]:
+    from ignite_tf_dev.demo_data import tabular
     from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf_dev.k8s import cluster as local_k8s
 
-    from ignite_tf.demo_data import tabular
     from ignite_tf.etl.load import load
 
     layout = local_k8s.Layout()

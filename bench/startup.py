@@ -262,8 +262,9 @@ def bare_first_step(workers: int, tmp: Path) -> dict:
     and time launch -> the end of worker 0's first batch; every process is waited for, or killed."""
     import socket
 
+    from ignite_tf_dev.demo_data import N_CLASSES
+
     from ignite_tf.cluster.bytecode import with_bytecode_cache
-    from ignite_tf.demo_data import N_CLASSES
 
     mark = tmp / f"bare-{workers}-{time.monotonic_ns()}"
     ports = []
@@ -316,9 +317,9 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
         forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
         epochs: int = 1) -> dict:
+    from ignite_tf_dev.demo_data import tabular
     from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
-    from ignite_tf.demo_data import tabular
     from ignite_tf.etl.load import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,

@@ -72,8 +72,8 @@ def time_validate(conn, tasks: list, suite) -> tuple[object, float]:
 
 def run(rows: int, repeat: int, quiet: bool) -> dict:
     import numpy as np
+    from ignite_tf_dev.demo_data import tabular
 
-    from ignite_tf.demo_data import tabular
     from ignite_tf.etl.load import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan

@@ -26,7 +26,7 @@ REGISTRY = os.environ.get(ENV_REGISTRY_ROOT, str(Path(DEFAULT_REGISTRY_ROOT).exp
 
 
 def demo_rows():
-    from ignite_tf.demo_data import tabular
+    from ignite_tf_dev.demo_data import tabular
 
     return tabular(int(os.environ.get("IGNITE_TF_DEMO_ROWS", "20000")), seed=0)
 

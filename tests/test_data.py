@@ -273,8 +273,8 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
     import signal
 
     import tensorflow as tf
+    from ignite_tf_dev import demo_data
 
-    from ignite_tf import demo_data
     from ignite_tf.errors import ConfigError
     from ignite_tf.etl.load import load
     from ignite_tf.reader.ahead import HeadStart

@@ -10,8 +10,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import pytest
+from ignite_tf_dev import demo_data
 
-from ignite_tf import demo_data
 from ignite_tf.errors import ConfigError
 from ignite_tf.etl import load as etl
 from ignite_tf.inference import postprocess, predict_shard

@@ -108,3 +108,14 @@ def test_top_level_modules_are_not_prefix_families():
     prefixes = [t.split("_")[0] for t in top if "_" in t.strip("_")]
     families = {p: [t for t in top if t.startswith(p + "_")] for p in prefixes}
     assert {p: f for p, f in families.items() if len(f) > 1 or p in top} == {}
+
+
+def test_no_module_imports_the_development_tooling_or_the_tests():
+    """The wheel holds the provider only: ``ignite_tf_dev`` (devtools/) and ``tests`` are not installed there."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            found += [f"{name} imports {t}" for t in targets if t.split(".")[0] in ("ignite_tf_dev", "tests")]
+    assert found == []

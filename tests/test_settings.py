@@ -35,7 +35,7 @@ def minimal_spec(folder: Path, **training) -> Path:
     """A spec that gives no optional setting, so parsing it shows the spec's own defaults."""
     (folder / "suite.yaml").write_text(SUITE.read_text())
     doc = {"dag_id": "settings_test", "cache": "settings_test", "suite": "suite.yaml",
-           "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 10},
+           "source": {"generator": "ignite_tf_dev.demo_data:tabular", "rows": 10},
            "training": {"entry_point": "ignite_tf.models:tabular_classifier", **training},
            "publish": {"model": "m"}}
     path = folder / "spec.yaml"

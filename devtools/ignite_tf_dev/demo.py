@@ -54,10 +54,10 @@ def migrate(home: Path) -> None:
 
 
 def data_layer(conn, rows: int) -> dict[str, float]:
-    from ignite_tf import demo_data
     from ignite_tf.etl.load import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.reader.partition import PartitionReader
+    from ignite_tf_dev import demo_data
 
     t = time.monotonic()
     report = load(conn, "demo_tabular", demo_data.tabular(rows, seed=0), key="id")

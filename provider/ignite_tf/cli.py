@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Kubernetes settings, a YAML/JSON file or inline JSON: namespace, image, resources, "
                             "service_account, node_selector, tolerations, volumes, labels, placement, ...")
     start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
-    start.add_argument("--image", help="task image (with --launcher kubernetes; default the project's task image)")
+    start.add_argument("--image", help="task image (with --launcher kubernetes; needed unless the source tree's dev tooling is installed)")
     start.add_argument("--placement", choices=["required", "preferred", "none"],
                        help="workers next to their Ignite nodes (with --launcher kubernetes; default preferred)")
     start.add_argument("cache", metavar="CACHE_NAME")

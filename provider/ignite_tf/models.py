@@ -1,4 +1,5 @@
-"""Example model entry points for ``python -m ignite_tf.runtime --entry-point ignite_tf.models:...``.
+"""Built-in model entry points, part of the provider: ``entry_point: ignite_tf.models:tabular_classifier`` in a
+pipeline spec, ``entry_point=`` of the operators, ``python -m ignite_tf.runtime --entry-point ...`` (a public name).
 
 An entry point is a function that returns a COMPILED tf_keras model. The runtime calls it inside the
 distribution strategy's scope and passes the keyword arguments it accepts among ``learning_rate``,

@@ -12,8 +12,8 @@ import textwrap
 
 import psutil
 import pytest
+from ignite_tf_dev import demo_data
 
-from ignite_tf import demo_data
 from ignite_tf.cluster import forkserver
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.forkserver import ForkServer

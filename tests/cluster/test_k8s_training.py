@@ -36,7 +36,8 @@ RUNTIME = ["python", "-m", "ignite_tf.runtime", "--entry-point", "ignite_tf.mode
 
 @pytest.fixture(scope="module")
 def cache(ignite_conn):
-    from ignite_tf import demo_data
+    from ignite_tf_dev import demo_data
+
     from ignite_tf.etl.load import load
 
     load(ignite_conn, CACHE, demo_data.tabular(1500, seed=3), key="id")
@@ -177,7 +178,7 @@ def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
     suite = Path(__file__).resolve().parents[2] / "dags" / "expectations" / "tabular.yaml"
     (folder / "specs" / "k8s.yaml").write_text(yaml.safe_dump({
         "dag_id": f"ignite_tf_k8s_{mode}", "cache": f"k8s_{mode}", "key": "id", "suite": str(suite),
-        "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 1500, "seed": 2},
+        "source": {"generator": "ignite_tf_dev.demo_data:tabular", "rows": 1500, "seed": 2},
         "training": {"mode": mode, **TOPOLOGY[mode][0], "entry_point": "ignite_tf.models:tabular_classifier",
                      "epochs": 1, "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
                      "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}", **REAL_NODE}},

@@ -27,7 +27,7 @@ def fresh_dags_folder(folder: Path, dag_file: str) -> Path:
     (folder / "specs").mkdir(parents=True)
     (folder / "suite.yaml").write_text((REPO / "dags" / "expectations" / "tabular.yaml").read_text())
     spec = {"dag_id": "discovered_by_safe_mode", "cache": "discovery", "suite": "../suite.yaml",
-            "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 100},
+            "source": {"generator": "ignite_tf_dev.demo_data:tabular", "rows": 100},
             "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2}}
     (folder / "specs" / "pipeline.yaml").write_text(yaml.safe_dump(spec))
     (folder / "pipelines.py").write_text(dag_file)

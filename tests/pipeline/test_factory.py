@@ -142,7 +142,7 @@ def test_params_have_spec_defaults_types_and_bounds(dagbag):
 def base_spec(folder: Path) -> dict:
     (folder / "suite.yaml").write_text((DAGS / "expectations" / "tabular.yaml").read_text())
     return {"dag_id": "bad_spec_test", "cache": "bad_spec", "suite": "suite.yaml",
-            "source": {"generator": "ignite_tf.demo_data:tabular", "rows": 100},
+            "source": {"generator": "ignite_tf_dev.demo_data:tabular", "rows": 100},
             "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2},
             "publish": {"model": "m", "registry_root": str(folder / "registry")}}
 
@@ -321,6 +321,22 @@ def test_generator_file_relative_to_spec_and_called_lazily():
     assert isinstance(source, GeneratorSource)
     frame = GeneratorSource(source.generator, 50)()
     assert len(frame) == 50 and {"id", "p0", "p63", "label"} <= set(frame.columns)
+
+
+def test_the_old_demo_generator_name_works_for_one_release_with_a_warning(tmp_path):
+    """The demo table moved out of the provider (ignite_tf.demo_data -> ignite_tf_dev.demo_data)."""
+    from ignite_tf.pipeline.factory import render
+
+    spec = base_spec(tmp_path)
+    spec["source"]["generator"] = "ignite_tf.demo_data:tabular"
+    path = tmp_path / "old_generator.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.warns(DeprecationWarning, match=r"source.generator 'ignite_tf.demo_data:tabular' .* use "
+                                                r"'ignite_tf_dev.demo_data:tabular'"):
+        config = parse_spec(path)
+    assert config.source.generator == "ignite_tf_dev.demo_data:tabular"
+    frame = render(config)[0].tasks[0].kwargs["source_callable"]()
+    assert len(frame) == 100 and "label" in frame.columns
 
 
 def _module(path: Path):
@@ -532,7 +548,7 @@ def test_user_script_end_to_end(airflow_env):
 FIVE_CLASSES = '''
 import numpy as np
 
-from ignite_tf import demo_data
+from ignite_tf_dev import demo_data
 
 
 def frame(rows, seed=0):

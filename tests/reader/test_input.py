@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import numpy as np
 import psutil
 import pytest
+from ignite_tf_dev import demo_data
 
 import ignite_tf.data as itd
-from ignite_tf import demo_data
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan

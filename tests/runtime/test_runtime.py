@@ -21,9 +21,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from ignite_tf_dev import demo_data
 
 import ignite_tf.data as itd
-from ignite_tf import demo_data
 from ignite_tf.cluster.procs import die_with_parent, pid_alive
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.state import LocalStateStore, store_to_env

@@ -23,7 +23,8 @@ TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "mnist_ke
 
 @pytest.fixture(scope="module")
 def cache(ignite_conn):
-    from ignite_tf import demo_data
+    from ignite_tf_dev import demo_data
+
     from ignite_tf.etl.load import load
 
     load(ignite_conn, CACHE, demo_data.tabular(4000, seed=1), key="id")

@@ -364,7 +364,7 @@ def test_json_suite_and_round_trip(tmp_path):
 def test_example_suite_next_to_the_dags_is_valid():
     from pathlib import Path
 
-    from ignite_tf.demo_data import tabular
+    from ignite_tf_dev.demo_data import tabular
 
     suite = load_suite(Path(__file__).resolve().parents[2] / "dags" / "expectations" / "tabular.yaml")
     assert suite.name == "tabular" and suite.row_count and suite.specs()

@@ -119,6 +119,8 @@ def ensure_image_files(layout: Layout) -> None:
             print(f"building the task image's base layer (Debian bookworm, Python 3.11, {LOCK.name}) into "
                   f"{paths[what]} (about 10 minutes)", flush=True)
         rootfs = paths[what].with_suffix(".rootfs")
+        if what == "provider":  # setuptools packs whatever an earlier build left in build/lib (moved modules too)
+            shutil.rmtree(PROJECT_DIR / "build", ignore_errors=True)
         _run_rootfs(layout, what, rootfs, src)
         _tar_layer(rootfs, paths[what])
         subprocess.run(["rm", "-rf", "--one-file-system", str(rootfs)], check=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -38,6 +39,8 @@ from ignite_tf.pipeline.schema import field_path, schema_problems
 from ignite_tf.plan.shards import Reshuffle
 
 DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"
+RENAMED_GENERATORS = {"ignite_tf.demo_data:tabular": "ignite_tf_dev.demo_data:tabular"}
+"""Old ``source.generator`` names -> new ones (accepted for one release, with a DeprecationWarning)."""
 # A command's first item that runs with the Python that parses the DAG (the worker that runs the task
 # parses it again), not whatever ``python`` the task's PATH holds.
 PYTHON_NAMES = ("python", "python3")
@@ -325,6 +328,11 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         if isinstance(value, str):
             value = {"path": value}
         generator = value.get("generator")
+        if generator in RENAMED_GENERATORS:
+            warnings.warn(f"{path}: source.generator {generator!r} is deprecated (the demo table moved to the "
+                          f"development tooling): use {RENAMED_GENERATORS[generator]!r}", DeprecationWarning,
+                          stacklevel=2)
+            generator = RENAMED_GENERATORS[generator]
         if generator:
             target, _, function = generator.rpartition(":")
             if target.endswith(".py"):

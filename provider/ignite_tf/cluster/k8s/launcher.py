@@ -31,11 +31,32 @@ from ignite_tf.errors import ConfigError
 STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook before its first record
 
 
-def default_image() -> str:
-    """The project's task image for this source tree (the one the local Kubernetes imports)."""
-    from ignite_tf_dev.k8s.images import task_image_ref
+TASK_IMAGE_GROUP = "ignite_tf.task_image"
+"""Entry points naming a function that returns the default task image. The source tree's development tooling
+registers one (the image it builds for the local Kubernetes); an installed wheel has none."""
 
-    return task_image_ref()
+
+def default_image() -> str:
+    """The task image when ``kubernetes.image`` is not set: the one an ``ignite_tf.task_image`` entry point names.
+
+    :raises ConfigError: no such entry point is installed (or it fails): the user must give ``kubernetes.image``.
+    """
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=TASK_IMAGE_GROUP), key=lambda ep: ep.name)
+    how = ("build docker/worker/Dockerfile, push the image to a registry the cluster pulls from, and set "
+           "kubernetes.image (YAML training.kubernetes.image, `ignite-tf start --image`, "
+           "TFClusterOperator(kubernetes={'image': ...}))")
+    if not found:
+        raise ConfigError(f"kubernetes.image is not set and there is no default task image: {how}")
+    if len(found) > 1:
+        raise ConfigError(f"kubernetes.image is not set and {len(found)} packages offer a default task image "
+                          f"({', '.join(ep.value for ep in found)}): set kubernetes.image")
+    try:
+        return found[0].load()()
+    except Exception as exc:  # noqa: BLE001 - any failure of the offered default is the same missing setting
+        raise ConfigError(f"kubernetes.image is not set and the default task image of {found[0].value} "
+                          f"failed ({type(exc).__name__}: {exc}): {how}") from exc
 
 
 def kube_hook(conn_id: str):
@@ -87,13 +108,13 @@ class KubernetesLauncher(LocalLauncher):
         existing = self.store.get(spec.cluster_id)
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing
+        image = self.settings.image or default_image()  # before anything talks to Kubernetes
         namespace = self.namespace()
         run_dir = Path(spec.run_dir)
         _share_job_dir(spec, run_dir)
         objects.with_pod_addresses(spec, namespace, self.settings)
         (run_dir / "k8s.json").write_text(json.dumps({
-            "settings": self.settings.to_dict(), "namespace": namespace,
-            "image": self.settings.image or default_image()}, indent=2))
+            "settings": self.settings.to_dict(), "namespace": namespace, "image": image}, indent=2))
         return super().launch(spec, timeout)
 
     # Its supervisor starts pods, which need the plan's workers and hosts: nothing to start before the plan.

@@ -1,4 +1,6 @@
-"""Synthetic data sets shipped with the package (nothing is downloaded at run time).
+"""The demo's synthetic table (``source.generator: ignite_tf_dev.demo_data:tabular`` in dags/specs; nothing is
+downloaded). Development tooling, not in the provider's wheel; the old name ``ignite_tf.demo_data:tabular``
+still works in a spec's ``generator`` for one release, with a DeprecationWarning.
 
 ``tabular(n)``: ``n`` rows of 16 float32 features and an int32 label in {0, 1, 2} drawn from a fixed linear
 model with noise, so a small classifier learns it to a known accuracy. Deterministic for a given seed.
