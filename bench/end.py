@@ -71,7 +71,7 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool, baseline: str | None =
     from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs}
     tmp = Path(tempfile.mkdtemp(prefix="end-bench-"))

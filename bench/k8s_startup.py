@@ -82,7 +82,7 @@ def run(rows: int) -> list[dict]:
     from ignite_tf_dev.k8s import cluster as local_k8s
 
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     layout = local_k8s.Layout()
     started_k8s = len(local_k8s.running(layout)) != len(local_k8s.COMPONENTS)

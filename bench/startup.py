@@ -319,7 +319,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
     from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,
                     "_start_rounds": start_rounds, "_epochs": epochs}

@@ -74,7 +74,7 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
     import numpy as np
 
     from ignite_tf.demo_data import tabular
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan
     from ignite_tf.validation.results import UNIQUE, unique_over_cache
