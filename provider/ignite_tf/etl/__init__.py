@@ -19,10 +19,6 @@ import importlib
 import sys
 import types
 import warnings
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ignite_tf.etl.loader import LoadReport, load
 
 # Public name -> the submodule that defines it.
 _PUBLIC = {"load": "loader", "LoadReport": "loader"}

@@ -17,11 +17,6 @@ supervisor and ``ignite_tf.data`` import its submodules, and TensorFlow is impor
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ignite_tf.runtime.task import TaskInfo, task_info
-    from ignite_tf.runtime.train import serve, strategy
 
 # Public name -> the submodule that defines it.
 _PUBLIC = {"strategy": "train", "serve": "train", "task_info": "task", "TaskInfo": "task"}
