@@ -54,8 +54,9 @@ The Ignite path pays a fixed cost per partition scanned (1024 partitions, every 
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
 Ignite data path without training, and the CPU each path burns (this process and the Ignite JVMs).
-``--smoke``: every part once, small: one import of each kind, one 1-worker cluster beside one bare program,
-2,048 rows for the step rates, 1 round, 1 warm-up read (see ``bench/harness.py``).
+``--smoke``: every part once, small: one import of each kind (no untimed fill of the bytecode cache first), one
+1-worker cluster beside one bare program, 2,048 rows for the step rates, 1 round, 1 warm-up read (see
+``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -128,13 +129,13 @@ RUNTIME_IMPORTS = {"keras": "import tensorflow, tf_keras",
                    "runtime": "from ignite_tf.runtime.start import import_tf; import_tf()"}
 
 
-def runtime_import_s(repeat: int = 5) -> dict:
+def runtime_import_s(repeat: int = 5, fill: bool = True) -> dict:
     """What a task (or the fork server) imports: TensorFlow and tf_keras as plain imports against the
     runtime's ``import_tf`` (collector paused, pandas left out), alternating, ``repeat`` each; medians."""
     runs: dict[str, list[float]] = {name: [] for name in RUNTIME_IMPORTS}
     for i in range(repeat):
         for name, code in RUNTIME_IMPORTS.items() if i % 2 == 0 else reversed(RUNTIME_IMPORTS.items()):
-            runs[name].append(tf_import_s(repeat=1, fill=i == 0, code=code)[0])
+            runs[name].append(tf_import_s(repeat=1, fill=fill and i == 0, code=code)[0])
     return {f"{name}_import_s": statistics.median(times) for name, times in runs.items()} | {"_import_runs": runs}
 
 
@@ -318,7 +319,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
         forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
         epochs: int = 1, worker_counts: tuple[int, ...] = WORKER_COUNTS, import_repeat: int = 3,
-        runtime_import_repeat: int = 5, addresses: str | None = None) -> dict:
+        runtime_import_repeat: int = 5, fill: bool = True, addresses: str | None = None) -> dict:
     from ignite_tf.demo_data import tabular
     from ignite_tf.etl import load
 
@@ -326,13 +327,13 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                     "_start_rounds": start_rounds, "_epochs": epochs}
     if startup:
         cold, cold_times, cold_cpu = tf_import_s(repeat=import_repeat, cached=False)
-        median, times, cpu = tf_import_s(repeat=import_repeat)
+        median, times, cpu = tf_import_s(repeat=import_repeat, fill=fill)
         result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu, "_tf_import_runs": times,
                        "tf_import_cold_s": cold, "_tf_import_cold_cpu_s": cold_cpu, "_tf_import_cold_runs": cold_times})
         say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s with the tasks' bytecode cache (runs: "
             f"{', '.join(f'{t:.2f}' for t in times)}); {cold:.2f}s, {cold_cpu:.2f} CPU-s without (runs: "
             f"{', '.join(f'{t:.2f}' for t in cold_times)})", quiet)
-        result.update(runtime_import_s(repeat=runtime_import_repeat))
+        result.update(runtime_import_s(repeat=runtime_import_repeat, fill=fill))
         say(f"tensorflow + tf_keras: {result['keras_import_s']:.2f}s as plain imports, "
             f"{result['runtime_import_s']:.2f}s through import_tf", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
@@ -551,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="epochs of the start-up clusters' job, of 5 steps each (default 1): what a task "
                              "prepares before its first step for a job of many epochs")
     args = parser.parse_args(argv)
-    smoke = {"worker_counts": (1,), "import_repeat": 1, "runtime_import_repeat": 1} if args.smoke else {}
+    # Every part once, and no untimed import to fill the bytecode cache first.
+    smoke = {"worker_counts": (1,), "import_repeat": 1, "runtime_import_repeat": 1, "fill": False} if args.smoke else {}
     if args.smoke:
         args.rows, args.steps, args.rounds, args.start_rounds, args.jvm_warmup = 2_048, None, 1, 1, 1
     from ignite_tf.cluster.forkserver import FORKSERVER_MODES
