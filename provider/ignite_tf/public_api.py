@@ -50,6 +50,10 @@ PYTHON: dict[str, str] = {
     "ignite_tf.etl.LoadReport": "class",
     "ignite_tf.cluster.api.start_cluster": "function",
     "ignite_tf.cluster.api.make_launcher": "function",
+    "ignite_tf.cluster.state.Status": "class",
+    "ignite_tf.plan.partitions.PartitionMap": "class",
+    "ignite_tf.plan.shards.ShardPlan": "class",
+    "ignite_tf.reader.partition.PartitionReader": "class",
     # Airflow: operators, sensor, trigger (its class path is stored with each deferred task), hook, links.
     "ignite_tf.operators.ignite.IgniteLoadOperator": "operator",
     "ignite_tf.operators.ignite.IgnitePartitionsOperator": "operator",
