@@ -463,7 +463,8 @@ def table(r: dict) -> str:
             "runtime task's own (the mean of the cluster's tasks; a forked task's count from its fork), the fork "
             "server's (its imports and preload), and the Ignite nodes' since start_cluster() was called.",
             "",
-            f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of 3): "
+            f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of "
+            f"{len(r['_tf_import_runs'])}): "
             f"{r['tf_import_s']:.2f} ({r['_tf_import_cpu_s']:.1f} CPU-s each; runs "
             f"{', '.join(f'{t:.2f}' for t in r['_tf_import_runs'])}); tf_import_cold_s (as this environment "
             f"imports it, compiling): {r['tf_import_cold_s']:.2f} ({r['_tf_import_cold_cpu_s']:.1f} CPU-s; runs "
