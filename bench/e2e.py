@@ -1,8 +1,9 @@
 """End-to-end benchmark: example (a) as an Airflow DAG run beside the same training started directly.
 
-    .venv/bin/python bench/e2e.py [--json] [--rows N] [--epochs E] [--repeat R]
+    .venv/bin/python bench/e2e.py [--json] [--smoke] [--ignite HOST:PORT,...] [--rows N] [--epochs E] [--repeat R]
 
-Starts its own 2-node local Ignite cluster on free ports and a throw-away Airflow home (SQLite metadata DB,
+Starts its own 2-node local Ignite cluster on free ports (``--ignite``: uses a running one) and a throw-away
+Airflow home (SQLite metadata DB,
 model registry and run directories in one temporary folder, removed at the end, like the nodes, also on
 error or Ctrl-C), then times, side by side in the same process:
 
@@ -12,9 +13,10 @@ error or Ctrl-C), then times, side by side in the same process:
                   deferred to the in-process triggerer) -> publish. Parsing the DAG folder and migrating the
                   metadata DB happen once, before, and are reported apart;
   direct_s        the same training started with the runtime alone: ``start_cluster()`` on the same cache
-                  (the rows the DAG run loaded), the same entry point and arguments (built by
-                  ``TFClusterOperator.job``), mode, workers, shard plan settings and restarts, from the call
-                  to the cluster's final state (the time its supervisor recorded it);
+                  (the rows the DAG run loaded) with the job and settings of the DAG's own train task (a
+                  ``TFClusterOperator`` built from that task's arguments, its templates rendered with the
+                  run's params as Airflow renders them: ``direct_operator``), from the call to the cluster's
+                  final state (the time its supervisor recorded it);
   overhead_ratio  dag_s / direct_s (target: at most 1.25 for a training of about two minutes);
   stages          seconds per DAG task (task start to end; the mapped validate tasks summed);
   after_last_epoch_s  median over all runs (DAG and direct) of the time from the chief's last epoch report to
@@ -24,13 +26,14 @@ error or Ctrl-C), then times, side by side in the same process:
 The table adds ``train / direct``: the DAG's train stage over direct_s, what orchestration (operator,
 deferral, trigger polls) adds to the training itself. Both runs get the same epochs, batch size, learning
 rate and workers, passed to the DAG run as its conf. With ``--repeat R`` the pairs alternate their order
-(DAG first, then direct first, ...) and the medians are reported.
+(DAG first, then direct first, ...) and the medians are reported. ``--smoke``: 1,000 rows, 1 epoch, 1 pair
+(see ``bench/harness.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import inspect
 import os
 import shutil
 import signal
@@ -39,12 +42,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-# Set before anything imports TensorFlow or Airflow: Keras 2 (tf_keras), CPU only, quiet.
-BENCH_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
-for _k, _v in BENCH_ENV.items():
-    os.environ.setdefault(_k, _v)
+from harness import add_common_arguments, ignite, report, set_bench_env
+
+set_bench_env()
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_ID = "ignite_tf_tabular_sync"
@@ -86,28 +87,43 @@ def dag_run(dag, conf: dict, quiet: bool, conn=None) -> dict:
             "metrics": train.get("metrics", {}), "phases": {**phases(state), **end_split(state, log)} if state else {}}
 
 
-def direct_run(conn, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
-    """The DAG's training started with ``start_cluster()`` alone; waits for the cluster's final state."""
-    from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import Status
+def direct_operator(dag, train_task, conf: dict):
+    """The DAG's train task as a real ``TFClusterOperator`` outside the DAG: built from that task's arguments,
+    their templates rendered with the run's params (the DAG's defaults and ``conf``) by the DAG's template
+    environment, as Airflow renders them for a run. The shard plan is left out: ``start_cluster`` plans."""
     from ignite_tf.operators.tensorflow import TFClusterOperator
 
-    # The operator's own argument builder, fed the rendered values, so both runs get the same arguments.
-    job = TFClusterOperator.job(SimpleNamespace(
-        command=None, entry_point=train_task.entry_point, label_column=train_task.label_column,
-        extra_args=train_task.extra_args, epochs=conf["epochs"], batch_size=conf["batch_size"],
-        learning_rate=conf["learning_rate"]))
+    env = dag.get_template_env()
+    params = {name: dag.params[name] for name in dag.params.keys()} | conf
+
+    def rendered(value):
+        return env.from_string(value).render(params=params) if isinstance(value, str) and "{{" in value else value
+
+    names = [n for n in inspect.signature(TFClusterOperator.__init__).parameters
+             if n not in ("self", "kwargs", "plan") and hasattr(train_task, n)]
+    return TFClusterOperator(task_id=f"{train_task.task_id}_direct",
+                             **{n: rendered(getattr(train_task, n)) for n in names})
+
+
+def direct_run(conn, dag, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
+    """The DAG's training started with ``start_cluster()`` alone, with the arguments the operator passes it;
+    waits for the cluster's final state."""
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.state import Status
+
+    op = direct_operator(dag, train_task, conf)
+    job = op.job()
     launcher = make_launcher(conn)  # the state store the operator uses: the cluster's Ignite
     cluster_id = f"e2e-bench-direct-{os.getpid()}-{index}"
-    say(f"direct start_cluster({train_task.cache!r}, {job}, mode={conf['mode']}, workers={conf['workers']}) ...",
-        quiet)
+    say(f"direct start_cluster({op.cache!r}, {job}, mode={op.mode}, workers={op.workers}) ...", quiet)
     state = None
     started_wall, started = time.time(), time.perf_counter()
     try:
-        state = start_cluster(train_task.cache, job, conn=conn, mode=conf["mode"], workers=conf["workers"],
-                              max_restarts=int(train_task.max_restarts),
-                              startup_deadline_s=float(train_task.startup_deadline_s), cluster_id=cluster_id,
-                              run_root=run_root, launcher=launcher)
+        progress = {} if op.progress_timeout_s is None else {"progress_timeout_s": float(op.progress_timeout_s)}
+        state = start_cluster(op.cache, job, conn=conn, mode=op.mode, workers=int(op.workers), ps=int(op.ps),
+                              max_restarts=int(op.max_restarts), startup_deadline_s=float(op.startup_deadline_s),
+                              restart_policy=op.restart_policy or None, env=op.env, cluster_id=cluster_id,
+                              run_root=run_root, launcher=launcher, **progress)
         # The CLI's poll; no faster, as each poll costs CPU (here and in Ignite) that training would miss.
         state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)
         # The supervisor stamps the moment the cluster ended: the end without the poll's granularity.
@@ -150,70 +166,36 @@ def end_split(state, chief_log: str) -> dict[str, float]:
 
 
 def stop_leftovers(conn) -> list[str]:
-    """Stop every cluster still alive in the Ignite state store (an interrupted DAG or direct run)."""
+    """Stop this bench's clusters still alive in the Ignite state store (an interrupted DAG or direct run);
+    others' (a cluster given with ``--ignite`` may have some) are left alone."""
     from ignite_tf.cluster.api import make_launcher
 
     launcher = make_launcher(conn)
     stopped = []
     for state in launcher.store.list():
-        if launcher.is_alive(state):
+        ours = state.cluster_id.startswith(f"e2e-bench-direct-{os.getpid()}-") or state.labels.get("dag_id") == DAG_ID
+        if ours and launcher.is_alive(state):
             launcher.stop(state.cluster_id)
             stopped.append(state.cluster_id)
     return stopped
 
 
-def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
-    from ignite_tf_dev.demo import airflow_env, load_dag, migrate
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
-
+def run(rows: int, epochs: int, repeat: int, quiet: bool, addresses: str | None = None) -> dict:
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs, "_repeat": repeat}
     tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
-    cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", region_mb=768, die_with_parent=True)
-    conn = None
+    say(f"scratch folder {tmp}", quiet)
     try:
-        say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}); scratch folder {tmp} ...", quiet)
-        cluster.up(2)
-        conn = cluster.connection()
-        home = tmp / "airflow"
-        home.mkdir()
-        # Read when the spec is parsed: the generated rows and a registry of our own (not .airflow/'s).
-        os.environ["IGNITE_TF_DEMO_ROWS"] = str(rows)
-        os.environ["IGNITE_TF_REGISTRY"] = str(home / "registry")
-        airflow_env(conn, home, REPO / "dags")
-        t = time.perf_counter()
-        migrate(home)
-        result["_migrate_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        dag = load_dag(DAG_ID, REPO / "dags")
-        result["_parse_s"] = time.perf_counter() - t
-        say(f"Airflow metadata DB migrated in {result['_migrate_s']:.1f}s, DAG folder parsed in "
-            f"{result['_parse_s']:.1f}s", quiet)
-        train_task = dag.get_task("train")
-        conf = {"mode": "sync", "workers": WORKERS, "epochs": epochs, "batch_size": BATCH,
-                "learning_rate": LEARNING_RATE}
-        unknown = set(conf) - set(dag.params.keys())
-        if unknown:
-            raise RuntimeError(f"DAG {DAG_ID} has no params {sorted(unknown)} (it has {sorted(dag.params.keys())})")
-        result["_conf"] = conf
-        dags, directs = [], []
-        for i in range(repeat):
-            # The first DAG run loads the rows the direct runs train on; later pairs alternate their order.
-            if i % 2 == 0:
-                dags.append(dag_run(dag, conf, quiet, conn))
-                directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
-            else:
-                directs.append(direct_run(conn, train_task, conf, tmp / "direct-runs", i, quiet))
-                dags.append(dag_run(dag, conf, quiet, conn))
-        result["_dags"], result["_directs"] = dags, directs
-    finally:
-        try:
-            if conn is not None:
+        with ignite(addresses, tmp / "ignite", lambda msg: say(msg, quiet), region_mb=768) as nodes:
+            conn = nodes.conn
+            try:
+                result.update(_runs(conn, tmp, rows, epochs, repeat, quiet))
+            finally:
                 left = stop_leftovers(conn)
                 if left:
                     say(f"stopped clusters left running: {left}", quiet)
-        finally:
-            cluster.down()
-            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    dags, directs = result["_dags"], result["_directs"]
     result["dag_s"] = statistics.median(d["seconds"] for d in dags)
     result["direct_s"] = statistics.median(d["seconds"] for d in directs)
     result["overhead_ratio"] = result["dag_s"] / result["direct_s"]
@@ -221,6 +203,45 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
     ends = [p["phases"]["after_last_epoch_s"] for p in dags + directs if "after_last_epoch_s" in p["phases"]]
     result["after_last_epoch_s"] = statistics.median(ends) if ends else None
     result["_load_after"] = os.getloadavg()[0]
+    return result
+
+
+def _runs(conn, tmp: Path, rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
+    """Airflow's home, the DAG, then ``repeat`` pairs of a DAG run and a direct run."""
+    from ignite_tf_dev.demo import airflow_env, load_dag, migrate
+
+    result: dict = {}
+    home = tmp / "airflow"
+    home.mkdir()
+    # Read when the spec is parsed: the generated rows and a registry of our own (not .airflow/'s).
+    os.environ["IGNITE_TF_DEMO_ROWS"] = str(rows)
+    os.environ["IGNITE_TF_REGISTRY"] = str(home / "registry")
+    airflow_env(conn, home, REPO / "dags")
+    t = time.perf_counter()
+    migrate(home)
+    result["_migrate_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    dag = load_dag(DAG_ID, REPO / "dags")
+    result["_parse_s"] = time.perf_counter() - t
+    say(f"Airflow metadata DB migrated in {result['_migrate_s']:.1f}s, DAG folder parsed in "
+        f"{result['_parse_s']:.1f}s", quiet)
+    train_task = dag.get_task("train")
+    conf = {"mode": "sync", "workers": WORKERS, "epochs": epochs, "batch_size": BATCH,
+            "learning_rate": LEARNING_RATE}
+    unknown = set(conf) - set(dag.params.keys())
+    if unknown:
+        raise RuntimeError(f"DAG {DAG_ID} has no params {sorted(unknown)} (it has {sorted(dag.params.keys())})")
+    result["_conf"] = conf
+    dags, directs = [], []
+    for i in range(repeat):
+        # The first DAG run loads the rows the direct runs train on; later pairs alternate their order.
+        if i % 2 == 0:
+            dags.append(dag_run(dag, conf, quiet, conn))
+            directs.append(direct_run(conn, dag, train_task, conf, tmp / "direct-runs", i, quiet))
+        else:
+            directs.append(direct_run(conn, dag, train_task, conf, tmp / "direct-runs", i, quiet))
+            dags.append(dag_run(dag, conf, quiet, conn))
+    result["_dags"], result["_directs"] = dags, directs
     return result
 
 
@@ -283,12 +304,14 @@ def table(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=20_000, help="rows the DAG's load task generates (default 20,000)")
     parser.add_argument("--epochs", type=int, default=25,
                         help="epochs of both trainings (default 25: about two minutes of training here)")
     parser.add_argument("--repeat", type=int, default=1, help="DAG/direct pairs; medians are reported (default 1)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.epochs, args.repeat = 1_000, 1, 1
     if args.rows < 1000 or args.epochs < 1 or args.repeat < 1:
         parser.error("--rows must be at least 1000 (the suite's row count), --epochs and --repeat at least 1")
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
@@ -299,19 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        result = run(args.rows, args.epochs, args.repeat, quiet=args.json)
+        result = run(args.rows, args.epochs, args.repeat, quiet=args.json, addresses=args.ignite)
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-    if args.json:
-        print(json.dumps({k: result[k] for k in ("dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s")}
-                         | {"phases": {"dag": [d["phases"] for d in result["_dags"]],
-                                       "direct": [d["phases"] for d in result["_directs"]]}}))
-    else:
-        print(table(result))
+    data = {k: result[k] for k in ("dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s")} | {
+        "phases": {"dag": [d["phases"] for d in result["_dags"]], "direct": [d["phases"] for d in result["_directs"]]}}
+    report(args, table(result), data)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

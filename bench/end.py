@@ -1,6 +1,6 @@
 """The end of a sync training: from the last epoch to the cluster's final state, without Airflow.
 
-    .venv/bin/python bench/end.py [--json] [--rows N] [--epochs E] [--repeat R]
+    .venv/bin/python bench/end.py [--json] [--smoke] [--ignite HOST:PORT,...] [--rows N] [--epochs E] [--repeat R]
 
 Starts its own 2-node local Ignite cluster, loads N rows of the tabular demo data, then runs the training of
 ``bench/e2e.py``'s direct run (``start_cluster()``, ``ignite_tf.models:tabular_classifier``, sync SGD with 2
@@ -14,13 +14,12 @@ workers, batch 32 per worker) R times and splits each cluster's lifetime (see ``
 
 Medians and every run are reported; ``--baseline DIR`` runs the same training with the tasks importing
 the ``ignite_tf`` under DIR too (e.g. ``git archive <commit> provider``), pairs alternating their order. Quicker than ``bench/e2e.py`` for working on the end of training; e2e
-reports the same split for both of its runs.
+reports the same split for both of its runs. ``--smoke``: 1,000 rows, 1 epoch, 1 run (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -30,12 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
-for _k, _v in BENCH_ENV.items():
-    os.environ.setdefault(_k, _v)
+from e2e import BATCH, LEARNING_RATE, WAIT_TIMEOUT_S, WORKERS, end_split, phases, say
+from harness import add_common_arguments, ignite, report, set_bench_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e import BATCH, LEARNING_RATE, WAIT_TIMEOUT_S, WORKERS, end_split, phases, say  # noqa: E402
+set_bench_env()
 
 CACHE = "end_bench"
 
@@ -67,28 +64,25 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
     return result
 
 
-def run(rows: int, epochs: int, repeat: int, quiet: bool, baseline: str | None = None) -> dict:
+def run(rows: int, epochs: int, repeat: int, quiet: bool, baseline: str | None = None,
+        addresses: str | None = None) -> dict:
     from ignite_tf_dev.demo_data import tabular
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs}
     tmp = Path(tempfile.mkdtemp(prefix="end-bench-"))
-    cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", region_mb=768, die_with_parent=True)
     try:
-        say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...", quiet)
-        cluster.up(2)
-        conn = cluster.connection()
-        load(conn, CACHE, tabular(rows), key="id")
-        runs, base = [], []
-        for i in range(repeat):  # with a baseline, pairs alternating which goes first
-            pair = [(runs, None), (base, baseline)] if baseline else [(runs, None)]
-            for into, provider in pair if i % 2 == 0 else pair[::-1]:
-                into.append(one_run(conn, epochs, tmp, len(runs) + len(base), quiet, provider))
-        result["_runs"], result["_baseline"] = runs, base
+        with ignite(addresses, tmp / "ignite", lambda msg: say(msg, quiet), region_mb=768) as nodes:
+            conn = nodes.conn
+            load(conn, CACHE, tabular(rows), key="id")
+            runs, base = [], []
+            for i in range(repeat):  # with a baseline, pairs alternating which goes first
+                pair = [(runs, None), (base, baseline)] if baseline else [(runs, None)]
+                for into, provider in pair if i % 2 == 0 else pair[::-1]:
+                    into.append(one_run(conn, epochs, tmp, len(runs) + len(base), quiet, provider))
+            result["_runs"], result["_baseline"] = runs, base
     finally:
-        cluster.down()
         shutil.rmtree(tmp, ignore_errors=True)
     result["_load_after"] = os.getloadavg()[0]
     for name in ("_runs", "_baseline"):
@@ -120,7 +114,7 @@ def table(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--repeat", type=int, default=3)
@@ -128,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the tasks with the ignite_tf under DIR (e.g. an older commit's provider/), "
                              "alternating with this one's, for before/after in one run")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.epochs, args.repeat = 1_000, 1, 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
-    result = run(args.rows, args.epochs, args.repeat, quiet=args.json, baseline=args.baseline)
+    result = run(args.rows, args.epochs, args.repeat, quiet=args.json, baseline=args.baseline, addresses=args.ignite)
     result["_wall_s"] = time.perf_counter() - started
-    print(json.dumps(result) if args.json else table(result))
+    report(args, table(result), result)
     return 0
 
 

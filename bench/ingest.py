@@ -1,10 +1,9 @@
 """Ingest benchmark: rows/s from Ignite into Python, pyignite's scan vs the partition reader vs memory.
 
-    .venv/bin/python bench/ingest.py [--rows N] [--json]
+    .venv/bin/python bench/ingest.py [--rows N] [--json] [--smoke] [--ignite HOST:PORT,...]
 
-Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error), loads N
-rows (16 float32 features + 1 int32 label; with ``ignite_tf.etl.load.load`` when it exists and works, else
-pyignite ``put_all`` into a SQL table), then times:
+Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error; ``--ignite``: use
+a running one), loads N rows (16 float32 features + 1 int32 label) with ``ignite_tf.etl.load``, then times:
 
   (a) pyignite ``cache.scan()`` as shipped (page_size=1), on a prefix of the rows (it is that slow),
   (b) pyignite ``cache.scan(page_size=1024)``, building its row objects,
@@ -12,26 +11,25 @@ pyignite ``put_all`` into a SQL table), then times:
   (d) the same rows from an in-memory NumPy array through ``tf.data`` (``from_tensor_slices().batch(1024)``),
 
 and the reader's peak RSS in a fresh subprocess reading N/10 rows and N rows (it must not grow with N).
+``--smoke``: 20,000 rows, 2,000 and 5,000 for (a) and (b) (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+from harness import add_common_arguments, ignite, report, set_bench_env
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+set_bench_env()
 
 CACHE = "ingest_bench"
 FEATURES = [f"f{i}" for i in range(16)]
@@ -46,60 +44,14 @@ def make_frame(n: int) -> dict[str, np.ndarray]:
     return data
 
 
-def free_cluster(state_dir: Path):
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
-
-    return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
-
-
 def load(conn, data: dict[str, np.ndarray]) -> str:
-    """Load the rows; return how."""
-    try:
-        import pandas as pd
+    """Load the rows with the product's ETL; return how."""
+    import pandas as pd
 
-        from ignite_tf.etl.load import load as etl_load
-    except ImportError:
-        etl_load = None
-    if etl_load is not None:
-        try:
-            etl_load(conn, CACHE, pd.DataFrame(data), key="id")
-            return "ignite_tf.etl.load.load"
-        except Exception as exc:  # noqa: BLE001 - fall back, and say so in the report
-            print(f"ignite_tf.etl.load.load failed ({exc.__class__.__name__}: {exc}); loading with put_all",
-                  file=sys.stderr)
-    return _load_put_all(conn, data)
+    from ignite_tf.etl import load as etl_load
 
-
-def _load_put_all(conn, data: dict[str, np.ndarray]) -> str:
-    from pyignite import GenericObjectMeta
-    from pyignite.datatypes import FloatObject, IntObject, LongObject
-
-    client = conn.client()
-    try:
-        if CACHE in client.get_cache_names():
-            client.get_cache(CACHE).destroy()
-        cols = ", ".join(f"{f.upper()} REAL" for f in FEATURES)
-        with client.sql(f'CREATE TABLE {CACHE} (ID BIGINT PRIMARY KEY, {cols}, LABEL INT) WITH '
-                        f'"template=partitioned,backups=0,cache_name={CACHE},value_type=IngestBenchRow"') as cur:
-            list(cur)
-        schema = OrderedDict([(f.upper(), FloatObject) for f in FEATURES] + [("LABEL", IntObject)])
-
-        class Row(metaclass=GenericObjectMeta, type_name="IngestBenchRow", schema=schema):
-            pass
-
-        cache = client.get_cache(CACHE)
-        names = [f.upper() for f in FEATURES]
-        columns = [data[f].tolist() for f in FEATURES]
-        labels, n = data["label"].tolist(), len(data["id"])
-        for start in range(0, n, 5000):
-            chunk = {}
-            for k in range(start, min(n, start + 5000)):
-                chunk[(k, LongObject)] = Row(LABEL=labels[k], **{c: col[k] for c, col in zip(names, columns,
-                                                                                            strict=True)})
-            cache.put_all(chunk)
-    finally:
-        client.close()
-    return "pyignite put_all into a SQL table (backups=0)"
+    etl_load(conn, CACHE, pd.DataFrame(data), key="id")
+    return "ignite_tf.etl.load"
 
 
 def time_pyignite_scan(conn, page_size: int | None, limit: int) -> tuple[int, float]:
@@ -169,20 +121,15 @@ def measure_rss(conn, partitions: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(rows: int, default_limit: int, paged_limit: int, quiet: bool) -> dict:
-    from ignite_tf.connection import IgniteConnectionConfig
-
+def run(rows: int, default_limit: int, paged_limit: int, quiet: bool, addresses: str | None = None) -> dict:
     def say(msg):
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
 
     data = make_frame(rows)
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
-        cluster = free_cluster(Path(tmp))
-        try:
-            say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...")
-            cluster.up(2)
-            conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
+        with ignite(addresses, Path(tmp), say, heap_mb=512, region_mb=768) as nodes:
+            conn = nodes.conn
             started = time.perf_counter()
             how = load(conn, data)
             load_s = time.perf_counter() - started
@@ -201,8 +148,6 @@ def run(rows: int, default_limit: int, paged_limit: int, quiet: bool) -> dict:
                 f"{rss_large['maxrss_mb']:.0f} MB ({rss_large['rows']:,} rows)")
             d_rows, d_s = time_memory(data)
             say(f"(d) {d_rows:,} rows in {d_s:.2f}s")
-        finally:
-            cluster.down()
     rates = {k: r / s for k, r, s in (("a", a_rows, a_s), ("b", b_rows, b_s), ("c", c_rows, c_s),
                                         ("d", d_rows, d_s))}
     return {
@@ -244,8 +189,8 @@ def table(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows to load (default 1,000,000)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--default-limit", type=int, default=50_000,
                         help="rows timed for (a), pyignite's page_size=1 scan (default 50,000)")
     parser.add_argument("--paged-limit", type=int, default=200_000,
@@ -257,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(args.rows, args.default_limit, args.paged_limit, quiet=args.json)
-    if args.json:
-        print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))
-    else:
-        print(table(result))
+    if args.smoke:
+        args.rows, args.default_limit, args.paged_limit = 20_000, 2_000, 5_000
+    result = run(args.rows, args.default_limit, args.paged_limit, quiet=args.json, addresses=args.ignite)
+    report(args, table(result), {k: v for k, v in result.items() if not k.startswith("_")})
     return 0
 
 

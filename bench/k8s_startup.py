@@ -1,9 +1,11 @@
 """Launch -> first training step: the Kubernetes launcher beside the local one, in one table.
 
-    .venv/bin/python bench/k8s_startup.py [--json] [--rows N]
+    .venv/bin/python bench/k8s_startup.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+                                          [--namespace NAME] [--rows N]
 
-Starts its own 2-node local Ignite cluster on free ports and, unless one is running, the local Kubernetes
-(``ignite_tf_dev.k8s``; both stopped at the end, also on error), loads a 3,000-row cache and runs the same
+Starts its own 2-node local Ignite cluster on free ports (``--ignite``: uses a running one) and, unless one is
+running, the local Kubernetes (``ignite_tf_dev.k8s``; ``--kubeconfig``: uses the running one of that file and
+starts none; what it started is stopped at the end, also on error), loads a 3,000-row cache and runs the same
 2-worker sync job (``bench/startup_model.py:model``: the tabular classifier plus a marker written at the end
 of the chief's first batch; 1 epoch of 5 steps) through each launcher:
 
@@ -13,7 +15,8 @@ of the chief's first batch; 1 epoch of 5 steps) through each launcher:
   total_s        the cluster ended and everything of it was gone (processes; pods, Service, Secret, owner).
 
 All count from the ``start_cluster`` call. The Kubernetes tasks run in the task image on the real node, with
-the host network (the local Ignite nodes listen on 127.0.0.1) and the run folder as a hostPath volume.
+the host network (the local Ignite nodes listen on 127.0.0.1) and the run folder as a hostPath volume, in
+``--namespace`` (default ``default``). ``--smoke``: a 1,000-row cache (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from harness import add_common_arguments, ignite, report, set_bench_env
+
+set_bench_env()
 BENCH_DIR = Path(__file__).resolve().parent
 CACHE = "k8s_startup_bench"
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
@@ -77,44 +81,43 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
             "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2)}
 
 
-def run(rows: int) -> list[dict]:
+def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None,
+        namespace: str = "default") -> list[dict]:
     from ignite_tf_dev.demo_data import tabular
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
     from ignite_tf_dev.k8s import cluster as local_k8s
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     layout = local_k8s.Layout()
-    started_k8s = len(local_k8s.running(layout)) != len(local_k8s.COMPONENTS)
+    started_k8s = not kubeconfig and len(local_k8s.running(layout)) != len(local_k8s.COMPONENTS)
     results = []
     with tempfile.TemporaryDirectory(prefix="k8s-startup-bench-") as name:
         tmp = Path(name)
-        ignite = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", die_with_parent=True)
         try:
-            ignite.up(2)
-            conn = ignite.connection()
-            load(conn, CACHE, tabular(rows), key="id")
-            say(f"loaded {rows} rows; local launcher ...")
-            results.append(one(conn, "local", tmp, None))
-            say(f"  {results[-1]}\nstarting the local Kubernetes ..." if started_k8s else f"  {results[-1]}")
-            kubeconfig = local_k8s.up(3, layout)
-            os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-                {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
-            settings = {"namespace": "default", "host_network": True, "dns": False,
-                        "node_selector": {local_k8s.HOST_LABEL: "real-0"},
-                        "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}]}
-            say("kubernetes launcher ...")
-            results.append(one(conn, "kubernetes", tmp, settings))
-            say(f"  {results[-1]}")
+            with ignite(addresses, tmp / "ignite", say) as nodes:
+                conn = nodes.conn
+                load(conn, CACHE, tabular(rows), key="id")
+                say(f"loaded {rows} rows; local launcher ...")
+                results.append(one(conn, "local", tmp, None))
+                say(f"  {results[-1]}\nstarting the local Kubernetes ..." if started_k8s else f"  {results[-1]}")
+                kubeconfig = kubeconfig or local_k8s.up(3, layout)
+                os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
+                    {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
+                settings = {"namespace": namespace, "host_network": True, "dns": False,
+                            "node_selector": {local_k8s.HOST_LABEL: "real-0"},
+                            "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}]}
+                say("kubernetes launcher ...")
+                results.append(one(conn, "kubernetes", tmp, settings))
+                say(f"  {results[-1]}")
         finally:
-            ignite.down()
             if started_k8s:
                 local_k8s.down(layout)
     return results
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| launcher (2 sync workers) | start_cluster returned (s) | all tasks up (s) | first step (s) | "
+    lines = ["Launch -> first training step, the local and the Kubernetes launcher (1 epoch of 5 steps)", "",
+             "| launcher (2 sync workers) | start_cluster returned (s) | all tasks up (s) | first step (s) | "
              "ended, nothing left (s) |", "|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['launcher']} | {r['launched_s']:.1f} | {r['tasks_up_s']} | {r['first_step_s']:.1f} | "
@@ -124,11 +127,16 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="the running local Kubernetes to use (default: the local one, started if not running)")
+    parser.add_argument("--namespace", default="default", help="namespace of the Kubernetes tasks (default: default)")
     args = parser.parse_args(argv)
-    results = run(args.rows)
-    print(json.dumps(results, indent=2) if args.json else table(results))
+    if args.smoke:
+        args.rows = 1_000
+    results = run(args.rows, args.ignite, args.kubeconfig, args.namespace)
+    report(args, table(results), {"runs": results})
     return 0
 
 

@@ -1,10 +1,12 @@
 """Start-up and input benchmark: time to the first training step, and whether training is input-bound.
 
-    .venv/bin/python bench/startup.py [--json] [--rows N] [--steps S] [--rounds R] [--input-only] [--profile]
-                                      [--start-rounds N] [--read-ahead MODES] [--forkserver MODES]
+    .venv/bin/python bench/startup.py [--json] [--smoke] [--ignite HOST:PORT,...] [--rows N] [--steps S]
+                                      [--rounds R] [--input-only] [--profile] [--start-rounds N]
+                                      [--read-ahead MODES] [--forkserver MODES]
                                       [--baseline DIR [--baseline-forkserver MODE]] [--epochs N]
 
-Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error) and measures:
+Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error; ``--ignite``: uses
+a running one, whose nodes' CPU is then not measured) and measures:
 
   tf_import_s     a bare ``python -c "import tensorflow"`` subprocess (Keras 2 via TF_USE_LEGACY_KERAS=1,
                   no GPU), median of 3, with the Python bytecode cache the supervisor gives its tasks
@@ -52,6 +54,9 @@ The Ignite path pays a fixed cost per partition scanned (1024 partitions, every 
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
 Ignite data path without training, and the CPU each path burns (this process and the Ignite JVMs).
+``--smoke``: every part once, small: one import of each kind (no untimed fill of the bytecode cache first), one
+1-worker cluster beside one bare program, 2,048 rows for the step rates, 1 round, 1 warm-up read (see
+``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -69,14 +74,12 @@ import tempfile
 import time
 from pathlib import Path
 
-# Set before anything imports TensorFlow: Keras 2 (tf_keras), CPU only, quiet.
-BENCH_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
-for _k, _v in BENCH_ENV.items():
-    os.environ.setdefault(_k, _v)
-
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # startup_input.py beside this file, however this script is started
+from harness import BENCH_ENV, add_common_arguments, ignite, report, set_bench_env  # noqa: E402
 from startup_input import BATCH, STEPS_CACHE, cpu_s, profile_data_path, step_rates, warm_nodes  # noqa: E402
+
+set_bench_env()  # before anything imports TensorFlow
 
 STARTUP_CACHE = "startup_bench"
 ONE_CLUSTER = "--one-cluster"  # internal: one baseline cluster in a process importing the baseline's provider
@@ -126,13 +129,13 @@ RUNTIME_IMPORTS = {"keras": "import tensorflow, tf_keras",
                    "runtime": "from ignite_tf.runtime.start import import_tf; import_tf()"}
 
 
-def runtime_import_s(repeat: int = 5) -> dict:
+def runtime_import_s(repeat: int = 5, fill: bool = True) -> dict:
     """What a task (or the fork server) imports: TensorFlow and tf_keras as plain imports against the
     runtime's ``import_tf`` (collector paused, pandas left out), alternating, ``repeat`` each; medians."""
     runs: dict[str, list[float]] = {name: [] for name in RUNTIME_IMPORTS}
     for i in range(repeat):
         for name, code in RUNTIME_IMPORTS.items() if i % 2 == 0 else reversed(RUNTIME_IMPORTS.items()):
-            runs[name].append(tf_import_s(repeat=1, fill=i == 0, code=code)[0])
+            runs[name].append(tf_import_s(repeat=1, fill=fill and i == 0, code=code)[0])
     return {f"{name}_import_s": statistics.median(times) for name, times in runs.items()} | {"_import_runs": runs}
 
 
@@ -316,33 +319,29 @@ def _reap(pid: int) -> None:
 def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, startup: bool = True,
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
         forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
-        epochs: int = 1) -> dict:
+        epochs: int = 1, worker_counts: tuple[int, ...] = WORKER_COUNTS, import_repeat: int = 3,
+        runtime_import_repeat: int = 5, fill: bool = True, addresses: str | None = None) -> dict:
     from ignite_tf_dev.demo_data import tabular
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     result: dict = {"_load_before": os.getloadavg()[0], "_starts": [], "_rounds": rounds,
                     "_start_rounds": start_rounds, "_epochs": epochs}
     if startup:
-        cold, cold_times, cold_cpu = tf_import_s(cached=False)
-        median, times, cpu = tf_import_s()
+        cold, cold_times, cold_cpu = tf_import_s(repeat=import_repeat, cached=False)
+        median, times, cpu = tf_import_s(repeat=import_repeat, fill=fill)
         result.update({"tf_import_s": median, "_tf_import_cpu_s": cpu, "_tf_import_runs": times,
                        "tf_import_cold_s": cold, "_tf_import_cold_cpu_s": cold_cpu, "_tf_import_cold_runs": cold_times})
         say(f"bare `import tensorflow`: {median:.2f}s, {cpu:.2f} CPU-s with the tasks' bytecode cache (runs: "
             f"{', '.join(f'{t:.2f}' for t in times)}); {cold:.2f}s, {cold_cpu:.2f} CPU-s without (runs: "
             f"{', '.join(f'{t:.2f}' for t in cold_times)})", quiet)
-        result.update(runtime_import_s())
+        result.update(runtime_import_s(repeat=runtime_import_repeat, fill=fill))
         say(f"tensorflow + tf_keras: {result['keras_import_s']:.2f}s as plain imports, "
             f"{result['runtime_import_s']:.2f}s through import_tf", quiet)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        cluster = LocalIgniteCluster.on_free_ports(tmp / "ignite", "bench", heap_mb=512, region_mb=768,
-                                                   die_with_parent=True)
-        try:
-            say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...", quiet)
-            cluster.up(2)
-            conn = cluster.connection()
+        with ignite(addresses, tmp / "ignite", lambda msg: say(msg, quiet), heap_mb=512, region_mb=768) as nodes:
+            conn, node_pids = nodes.conn, nodes.node_pids
             load(conn, STARTUP_CACHE, tabular(STARTUP_ROWS), key="id")
             frame = tabular(rows, seed=1)
             load(conn, STEPS_CACHE, frame, key="id")
@@ -350,7 +349,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             starts = []
             if startup and jvm_warmup:
                 # As before the step rates: nodes in service run their scan and discovery code compiled.
-                spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes], cache=STARTUP_CACHE,
+                spent = warm_nodes(conn, jvm_warmup, node_pids, cache=STARTUP_CACHE,
                                    discover=True)
                 result["_jvm_warmup_startup"] = spent
                 say(f"warmed the Ignite nodes for start-up: {jvm_warmup} reads and discoveries of {STARTUP_CACHE}, "
@@ -360,7 +359,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             variants = [(None, {"IGNITE_TF_READ_AHEAD": ra, "IGNITE_TF_FORKSERVER": fs})
                         for fs in forkserver for ra in read_ahead] + (
                 [(baseline, {"IGNITE_TF_FORKSERVER": baseline_forkserver})] if baseline else [])
-            for i, workers in enumerate([w for _ in range(start_rounds) for w in WORKER_COUNTS] if startup else ()):
+            for i, workers in enumerate([w for _ in range(start_rounds) for w in worker_counts] if startup else ()):
                 for provider, settings in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
                     adjacent = tf_import_s(repeat=1, fill=False)[0]
@@ -368,7 +367,7 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
                     start = first_step(conn, workers, tmp / f"round{i}", provider, settings,
-                                       tuple(n.pid for n in cluster.nodes), epochs)
+                                       tuple(node_pids), epochs)
                     if bare is None:
                         bare = bare_first_step(workers, tmp)["first_step_s"]
                     starts.append({**start, "tf_import_adjacent_s": adjacent, "baseline": bool(provider),
@@ -379,17 +378,15 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
                         f"all tasks listening {s['tasks_up_s']}s later)", quiet)
             result["_starts"] = starts
             if jvm_warmup:
-                spent = warm_nodes(conn, jvm_warmup, [n.pid for n in cluster.nodes])
+                spent = warm_nodes(conn, jvm_warmup, node_pids)
                 result["_jvm_warmup"] = spent
                 say(f"warmed the Ignite nodes: {jvm_warmup} reads of {STEPS_CACHE}, nodes' CPU-s per read "
                     f"{spent[0]:.2f} first, {spent[-1]:.2f} last", quiet)
             say(f"training in this process, batch {BATCH}, {steps} steps per run ...", quiet)
-            result.update(step_rates(conn, frame, steps, node_pids=[n.pid for n in cluster.nodes], quiet=quiet,
+            result.update(step_rates(conn, frame, steps, node_pids=node_pids, quiet=quiet,
                                      profile=profile, repeat=rounds))
             if profile:
                 result["_profile"] = profile_data_path(conn)
-        finally:
-            cluster.down()
     groups = _groups([s for s in result["_starts"] if not s["baseline"]])
     result["first_step_s"] = {key: statistics.median(s["first_step_s"] for s in g) for key, g in groups.items()}
     result["bare_first_step_s"] = {key: statistics.median(s["bare_s"] for s in g) for key, g in groups.items()}
@@ -468,7 +465,8 @@ def table(r: dict) -> str:
             "runtime task's own (the mean of the cluster's tasks; a forked task's count from its fork), the fork "
             "server's (its imports and preload), and the Ignite nodes' since start_cluster() was called.",
             "",
-            f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of 3): "
+            f"tf_import_s (bare `python -c \"import tensorflow\"` with the tasks' bytecode cache, median of "
+            f"{len(r['_tf_import_runs'])}): "
             f"{r['tf_import_s']:.2f} ({r['_tf_import_cpu_s']:.1f} CPU-s each; runs "
             f"{', '.join(f'{t:.2f}' for t in r['_tf_import_runs'])}); tf_import_cold_s (as this environment "
             f"imports it, compiling): {r['tf_import_cold_s']:.2f} ({r['_tf_import_cold_cpu_s']:.1f} CPU-s; runs "
@@ -528,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [ONE_CLUSTER]:
         return _one_cluster(argv[1])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=512_000,
                         help="rows of the cache the step rates read (default 512,000: 500 a partition)")
     parser.add_argument("--steps", type=int, help=f"steps per timed run (default rows // {BATCH})")
@@ -557,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="epochs of the start-up clusters' job, of 5 steps each (default 1): what a task "
                              "prepares before its first step for a job of many epochs")
     args = parser.parse_args(argv)
+    # Every part once, and no untimed import to fill the bytecode cache first.
+    smoke = {"worker_counts": (1,), "import_repeat": 1, "runtime_import_repeat": 1, "fill": False} if args.smoke else {}
+    if args.smoke:
+        args.rows, args.steps, args.rounds, args.start_rounds, args.jvm_warmup = 2_048, None, 1, 1, 1
     from ignite_tf.cluster.forkserver import FORKSERVER_MODES
     from ignite_tf.runtime.start import READ_AHEAD_MODES
 
@@ -580,14 +582,11 @@ def main(argv: list[str] | None = None) -> int:
                  read_ahead=tuple(m.strip() for m in args.read_ahead.split(",") if m.strip()),
                  forkserver=tuple(m.strip() for m in args.forkserver.split(",") if m.strip()),
                  start_rounds=args.start_rounds, baseline_forkserver=args.baseline_forkserver,
-                 epochs=args.epochs)
-    if args.json:
-        keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
-        if not args.input_only:
-            keys = ("tf_import_s", "tf_import_cold_s", "first_step_s", "bare_first_step_s", *keys)
-        print(json.dumps({k: result[k] for k in keys}))
-    else:
-        print(table(result))
+                 epochs=args.epochs, addresses=args.ignite, **smoke)
+    keys = ("steps_s_ignite", "steps_s_memory", "input_ratio", "input_ratio_median")
+    if not args.input_only:
+        keys = ("tf_import_s", "tf_import_cold_s", "first_step_s", "bare_first_step_s", *keys)
+    report(args, table(result), {k: result[k] for k in keys})
     return 0
 
 

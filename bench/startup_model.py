@@ -22,12 +22,12 @@ def model(n_features: int = 16, n_classes: int | None = None, learning_rate: flo
     """
     import tf_keras
 
+    import ignite_tf.runtime
     from ignite_tf.models import tabular_classifier
-    from ignite_tf.runtime.task import task_info
 
     built = tabular_classifier(n_features=n_features, n_classes=n_classes, learning_rate=learning_rate)
     mark = os.environ.get(ENV_MARK)
-    if not mark or not task_info().is_chief:
+    if not mark or not ignite_tf.runtime.task_info().is_chief:
         return built
 
     class FirstStep(tf_keras.callbacks.Callback):

@@ -1,9 +1,10 @@
 """Validation benchmark: what the validation gate adds to reading a cache with the partition reader.
 
-    .venv/bin/python bench/validate.py [--rows N] [--json]
+    .venv/bin/python bench/validate.py [--rows N] [--repeat R] [--json] [--smoke] [--ignite HOST:PORT,...]
 
-Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error), loads N rows
-(16 float32 features + 1 int32 label, ``ignite_tf.etl.load.load``), plans 2 shards (one per node) and times,
+Starts its own 2-node local Ignite cluster on free ports (stopped at the end, also on error; ``--ignite``: use
+a running one), loads N rows (16 float32 features + 1 int32 label, ``ignite_tf.etl.load``), plans 2 shards
+(one per node) and times,
 best of ``--repeat`` runs, shard after shard in this process:
 
   read_rows_s      ``PartitionReader.read_all`` of every shard (all columns),
@@ -13,17 +14,19 @@ best of ``--repeat`` runs, shard after shard in this process:
 and ``validation_overhead = (validate_rows_s - read_rows_s) / read_rows_s`` (target: at most 0.5).
 Importing Great Expectations and building its context happen once per process, before the timings,
 and are reported apart, as is the cache-wide ``unique`` check (one GROUP BY on the servers).
+``--smoke``: 2,000 rows, 1 run (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import add_common_arguments, ignite, report
 
 CACHE = "validate_bench"
 SHARDS = 2
@@ -42,12 +45,6 @@ SUITE = {
         {"expect_table_columns_to_match_set": {"column_set": ["id", "label", *[f"f{i}" for i in range(16)]]}},
     ],
 }
-
-
-def free_cluster(state_dir: Path):
-    from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
-
-    return LocalIgniteCluster.on_free_ports(state_dir, "bench", heap_mb=512, region_mb=768, die_with_parent=True)
 
 
 def time_read(conn, tasks: list) -> tuple[int, float]:
@@ -70,11 +67,11 @@ def time_validate(conn, tasks: list, suite) -> tuple[object, float]:
     return summary, time.perf_counter() - started
 
 
-def run(rows: int, repeat: int, quiet: bool) -> dict:
+def run(rows: int, repeat: int, quiet: bool, addresses: str | None = None) -> dict:
     import numpy as np
     from ignite_tf_dev.demo_data import tabular
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan
     from ignite_tf.validation.results import UNIQUE, unique_over_cache
@@ -92,11 +89,8 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
     suite = coerce_suite(SUITE)
     frame = tabular(rows, seed=7)
     with tempfile.TemporaryDirectory(prefix="validate-bench-") as tmp:
-        cluster = free_cluster(Path(tmp))
-        try:
-            say(f"starting 2 Ignite nodes (thin-client port {cluster.client_port}) ...")
-            cluster.up(2)  # returns once every node serves SQL
-            conn = cluster.connection()
+        with ignite(addresses, Path(tmp), say, heap_mb=512, region_mb=768) as nodes:
+            conn = nodes.conn
             started = time.perf_counter()
             load(conn, CACHE, frame, key="id", backups=0)
             load_s = time.perf_counter() - started
@@ -124,8 +118,6 @@ def run(rows: int, repeat: int, quiet: bool) -> dict:
             started = time.perf_counter()
             unique = unique_over_cache(conn, CACHE, ExpectationSpec(UNIQUE, {"column": "f0"}, "unique"), [])
             unique_s = time.perf_counter() - started
-        finally:
-            cluster.down()
     read_s, validate_s = min(reads), min(validations)
     return {"rows": rows, "validate_rows_s": round(validate_s, 3), "read_rows_s": round(read_s, 3),
             "validation_overhead": round((validate_s - read_s) / read_s, 3),
@@ -158,23 +150,22 @@ def table(r: dict) -> str:
         f"suites {d['warmup_s']:.1f}s",
         f"not in the suite: a cache-wide unique(f0) check on the servers (GROUP BY ... HAVING) took "
         f"{d['unique_s']:.1f}s ({d['unique']})",
-        f"load with ignite_tf.etl.load.load: {d['load_s']:.1f}s",
+        f"load with ignite_tf.etl.load: {d['load_s']:.1f}s",
     ])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows to load (default 1,000,000)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best counts (default 3)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.repeat = 2_000, 1
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    result = run(args.rows, args.repeat, quiet=args.json)
-    if args.json:
-        print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))
-    else:
-        print(table(result))
+    result = run(args.rows, args.repeat, quiet=args.json, addresses=args.ignite)
+    report(args, table(result), {k: v for k, v in result.items() if not k.startswith("_")})
     return 0
 
 

@@ -276,7 +276,7 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
     from ignite_tf_dev import demo_data
 
     from ignite_tf.errors import ConfigError
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.reader.ahead import HeadStart
 
     load(ignite_conn, cache_name, demo_data.tabular(20_000), key="id")

@@ -13,7 +13,7 @@ import pytest
 from ignite_tf_dev import demo_data
 
 from ignite_tf.errors import ConfigError
-from ignite_tf.etl import load as etl
+from ignite_tf.etl import loader as etl
 from ignite_tf.inference import postprocess, predict_shard
 from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError

@@ -198,23 +198,42 @@ def test_old_operator_argument_keeps_the_operators_wiring_and_mapping():
         publish_operator()
 
 
-@pytest.mark.parametrize("section, old, value, new", [
-    ("training", "label", "label", "label_column"),
-    ("training", "script", "train.py", "command"),
-    ("training", "args", ["--epochs", "3"], "command"),
-    ("publish", "registry", "/tmp/registry", "registry_root"),
-])
-def test_old_yaml_key_fails_naming_the_new_one(tmp_path, section, old, value, new):
-    from ignite_tf.pipeline.spec import SpecError, parse_spec
+@pytest.mark.parametrize("old, read_as", [
+    ({"training": {"label": "y"}}, lambda c: c.training.label_column == "y"),
+    ({"training": {"script": "train.py", "args": ["--epochs", "3"]}},
+     lambda c: c.training.command == ("train.py", "--epochs", "3") and c.training.entry_point is None),
+    ({"training": {"script": "train.py"}}, lambda c: c.training.command == ("train.py",)),
+    ({"publish": {"model": "m", "registry": "/tmp/registry"}}, lambda c: c.publish.registry_root == "/tmp/registry"),
+], ids=["label", "script+args", "script", "registry"])
+def test_old_yaml_key_is_read_with_a_warning_naming_the_new_one(tmp_path, old, read_as):
+    """Specs written for the previous release still parse (for one release), each old key under its new name."""
+    from ignite_tf.pipeline import SpecDeprecationWarning
+    from ignite_tf.pipeline.schema import RENAMED_KEYS
+    from ignite_tf.pipeline.spec import parse_spec
 
+    (tmp_path / "train.py").write_text("print('hi')\n")
     path = minimal_spec(tmp_path)
     doc = yaml.safe_load(path.read_text())
-    doc[section][old] = value
+    for section, keys in old.items():
+        doc[section] = keys if "script" in keys else {**doc[section], **keys}
     path.write_text(yaml.safe_dump(doc))
+    with pytest.warns(SpecDeprecationWarning) as warned:
+        config = parse_spec(path)
+    assert read_as(config)
+    messages = sorted(str(w.message) for w in warned if w.category is SpecDeprecationWarning)
+    expected = sorted(f"{path}: {section}.{key} is deprecated: use {section}.{RENAMED_KEYS[section][key]}"
+                      for section, keys in old.items() for key in keys if key in RENAMED_KEYS[section])
+    assert messages == expected
+
+
+def test_old_yaml_key_beside_its_new_name_fails_naming_the_new_one(tmp_path):
+    from ignite_tf.pipeline.spec import SpecError, parse_spec
+
+    path = minimal_spec(tmp_path, label="y", label_column="z")
     with pytest.raises(SpecError) as raised:
         parse_spec(path)
-    assert raised.value.field == f"{section}.{old}"
-    assert f"{section}.{old}: '{old}' was renamed: use '{new}'" in str(raised.value)
+    assert raised.value.field == "training.label"
+    assert "training.label: 'label' is the old name of 'label_column': give only 'label_column'" in str(raised.value)
 
 
 def test_yaml_command_runs_a_script_with_airflows_python(tmp_path):

@@ -54,7 +54,7 @@ def migrate(home: Path) -> None:
 
 
 def data_layer(conn, rows: int) -> dict[str, float]:
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.reader.partition import PartitionReader
     from ignite_tf_dev import demo_data

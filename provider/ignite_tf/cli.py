@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _column_arg(text: str) -> tuple[str, str]:
-    from ignite_tf.etl.load import COLUMN_TYPES
+    from ignite_tf.etl.loader import COLUMN_TYPES
 
     name, sep, ctype = text.rpartition(":")
     if not sep or not name or ctype not in COLUMN_TYPES:
@@ -286,7 +286,7 @@ def cmd_tensorboard(args, conn) -> int:
 
 
 def cmd_load(args, conn) -> int:
-    from ignite_tf.etl.load import COLUMN_TYPES, load, read_schema
+    from ignite_tf.etl.loader import COLUMN_TYPES, load, read_schema
 
     schema = read_schema(args.schema) if args.schema else {}
     declared = [name.lower() for name, _ in args.column]

@@ -72,3 +72,12 @@ class SpecError(ConfigError):
         """The same problems, under ``prefix`` (a section) and in ``file``."""
         problems = [(f"{prefix}.{f}" if prefix and f else prefix or f, m) for f, m in self.problems]
         return SpecError(file if file is not None else self.file, problems)
+
+
+class SpecDeprecationWarning(FutureWarning):
+    """A pipeline spec uses a key renamed since an earlier release: it is read under its new name for one more
+    release, and the message names the file, the old key and the new one.
+
+    A FutureWarning, not a DeprecationWarning: it is meant for the spec's author, so Python (and Airflow's DAG
+    processor, which keeps the warnings of each parsed file) shows it by default.
+    """

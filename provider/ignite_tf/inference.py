@@ -2,7 +2,7 @@
 
 One call scores one shard (partitions or ReadTasks), so an Airflow task mapped over the shards of a
 ShardPlan scores the whole cache in parallel, each task reading its own partitions. Predictions go to
-``output_cache`` keyed like the input, written with :func:`ignite_tf.etl.load.load`: a retried shard overwrites
+``output_cache`` keyed like the input, written with :func:`ignite_tf.etl.load`: a retried shard overwrites
 its own rows and never adds rows. Memory is one read batch plus at most ``write_rows`` pending
 predictions, whatever the size of the shard.
 
@@ -278,7 +278,7 @@ class PredictionWriter:
             self.flush()
 
     def flush(self) -> None:
-        from ignite_tf.etl.load import load
+        from ignite_tf.etl import load
 
         if not self.pending:
             return

@@ -20,7 +20,7 @@ from ignite_tf.cluster.forkserver import ForkServer
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.errors import CacheNotFoundError, ConfigError
-from ignite_tf.etl.load import load
+from ignite_tf.etl import load
 from ignite_tf.plan.partitions import PartitionMap
 from tests.support.clusters import assert_nothing_left, cluster_processes, wait_for
 

@@ -38,7 +38,7 @@ RUNTIME = ["python", "-m", "ignite_tf.runtime", "--entry-point", "ignite_tf.mode
 def cache(ignite_conn):
     from ignite_tf_dev import demo_data
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     load(ignite_conn, CACHE, demo_data.tabular(1500, seed=3), key="id")
     return CACHE

@@ -19,8 +19,8 @@ from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import IgniteUnavailableError, LoadError
 from ignite_tf.etl import encode as etl_encode
 from ignite_tf.etl import input as etl_input
-from ignite_tf.etl import load as etl
-from ignite_tf.etl.load import hash_keys, load, row_hash_keys
+from ignite_tf.etl import loader as etl
+from ignite_tf.etl.loader import hash_keys, load, row_hash_keys
 
 pytestmark = pytest.mark.integration
 
@@ -192,7 +192,7 @@ def test_hashed_string_key(ignite_conn, ignite_client, cache_name):
 
 KEY_SCRIPT = """
 import json, numpy as np, pandas as pd, pyarrow as pa
-from ignite_tf.etl.load import hash_keys, row_hash_keys
+from ignite_tf.etl.loader import hash_keys, row_hash_keys
 cols = {"a": pa.array([1.5, None, float("nan")], pa.float32()), "s": pa.array(["x", "ü", None])}
 print(json.dumps({"strings": hash_keys(["alice", "bob", "ünï"]).tolist(),
                   "floats": hash_keys([0.5, -0.0], "float64").tolist(),

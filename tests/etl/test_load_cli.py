@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from ignite_tf.etl.load import COLUMN_TYPES
+from ignite_tf.etl.loader import COLUMN_TYPES
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,7 @@ FEATURES = demo_data.feature_columns()
 @pytest.fixture(scope="module")
 def tabular(ignite_conn):
     """12,000 rows of the shipped tabular data (16 REAL features, INT label) and a 2-worker plan."""
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     cache = f"in_{uuid.uuid4().hex[:8]}"
     frame = demo_data.tabular(12_000, seed=3)

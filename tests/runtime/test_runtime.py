@@ -106,7 +106,7 @@ def epochs_of(state_dir: Path, cluster_id: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def tabular(ignite_conn, tmp_path_factory):
     """4000 rows of the shipped tabular data set, loaded with the ETL core, and a 2-worker ShardPlan."""
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     cache = f"rt_{uuid.uuid4().hex[:8]}"
     report = load(ignite_conn, cache, demo_data.tabular(4000), key="id")
@@ -282,7 +282,7 @@ def test_builtin_classifier_takes_the_number_of_classes_from_the_label(ignite_co
     5 units; a model argument wins over the data; a float label offers no class count."""
     import tf_keras
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.runtime.feed import label_classes
     from ignite_tf.runtime.train import train
 

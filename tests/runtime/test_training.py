@@ -25,7 +25,7 @@ TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "mnist_ke
 def cache(ignite_conn):
     from ignite_tf_dev import demo_data
 
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
 
     load(ignite_conn, CACHE, demo_data.tabular(4000, seed=1), key="id")
     return CACHE
@@ -105,7 +105,7 @@ def test_ported_conv_tutorial_with_repeat_trains_on_two_workers(ignite_conn, lau
     ``ignite_tf.data.dataset(...).repeat()``, run by the supervisor on 2 workers over a cache whose shards do
     not divide into the global batch. A short batch at the end of a pass would leave a replica with no
     rows and fail Conv2D's gradient (ReluGrad shapes [0,26,26,32] != [0,28,28,1])."""
-    from ignite_tf.etl.load import load
+    from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ignite_tf.errors import ConfigError, IgniteTFError
-from ignite_tf.etl.load import load
+from ignite_tf.etl import load
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.reader.partition import PartitionReader

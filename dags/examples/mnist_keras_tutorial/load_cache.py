@@ -10,7 +10,7 @@ import argparse
 import digits
 
 from ignite_tf.connection import IgniteConnectionConfig
-from ignite_tf.etl.load import load
+from ignite_tf.etl import load
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ class IgniteLoadOperator(IgniteTFOperator):
         self.schema, self.key, self.batch_size = schema, key, batch_size
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.etl.load import load
+        from ignite_tf.etl import load
 
         source = self.source_callable() if self.source_callable else self.source
         report = load(self.conn, self.cache, source, schema=self.schema, key=self.key, batch_size=self.batch_size)

@@ -26,7 +26,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SpecWarning", "load_dags"]
+from ignite_tf.errors import SpecDeprecationWarning
+
+__all__ = ["SpecDeprecationWarning", "SpecWarning", "load_dags"]
 
 log = logging.getLogger(__name__)
 

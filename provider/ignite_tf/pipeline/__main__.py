@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ignite_tf.errors import SpecError
@@ -9,10 +10,9 @@ from ignite_tf.pipeline.spec import parse_spec
 
 
 def main(argv: list[str] | None = None) -> int:
-    files = sys.argv[1:] if argv is None else argv
-    if not files:
-        print("usage: python -m ignite_tf.pipeline SPEC.yaml [SPEC.yaml ...]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m ignite_tf.pipeline", description=__doc__.split(": ", 1)[1])
+    parser.add_argument("files", metavar="SPEC", nargs="+", help="a pipeline spec (.yaml)")
+    files = parser.parse_args(argv).files
     failed = 0
     for path in files:
         try:

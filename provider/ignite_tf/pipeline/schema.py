@@ -1,7 +1,8 @@
 """The published JSON Schema of pipeline specs (``resources/pipeline.schema.json``) and its problems in words.
 
 Each violation becomes ``(field path, message)``: the path a user finds in the file (``training.workers``) and
-what is allowed there; a key renamed since an earlier release names its new name.
+what is allowed there. A key renamed since an earlier release is read under its new name for one more release
+(``upgrade_renamed_keys``; the spec loader warns naming the new key).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 SCHEMA_RESOURCE = "pipeline.schema.json"
-# Keys of earlier releases: a spec that uses one fails with the key's new name.
+# Keys of earlier releases -> their new names, per section; ``script`` + ``args`` together became ``command``.
 RENAMED_KEYS = {"training": {"label": "label_column", "script": "command", "args": "command"},
                 "publish": {"registry": "registry_root"}}
 
@@ -27,6 +28,33 @@ def schema() -> dict[str, Any]:
 def param_bounds(name: str) -> dict[str, Any]:
     """JSON-schema bounds (``minimum``...) of a training setting, shared by the spec schema and the Params."""
     return {k: v for k, v in schema()["$defs"][name].items() if k not in ("type", "pattern")}
+
+
+def upgrade_renamed_keys(doc: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """``doc`` with the keys of earlier releases (``RENAMED_KEYS``) under their new names, and each renamed
+    key as ``(old path, new path)``.
+
+    ``training.script`` + ``training.args`` become ``training.command: [script, *args]``. A section that holds
+    both an old key and its new name is left as it is: the schema then refuses the old key, naming the new.
+    """
+    if not isinstance(doc, dict):
+        return doc, []
+    out, renamed = dict(doc), []
+    for section, names in RENAMED_KEYS.items():
+        keys = out.get(section)
+        old = [k for k in names if isinstance(keys, dict) and k in keys]
+        if not old or any(names[k] in keys for k in old):
+            continue
+        new = {k: v for k, v in keys.items() if k not in old}
+        for key in old:
+            if names[key] == "command":
+                script = [keys["script"]] if "script" in keys else []
+                new["command"] = [*script, *(keys.get("args") or ())]
+            else:
+                new[names[key]] = keys[key]
+            renamed.append((field_path(section, key), field_path(section, names[key])))
+        out[section] = new
+    return out, renamed
 
 
 def schema_problems(doc: Any) -> list[tuple[str, str]]:
@@ -50,7 +78,7 @@ def _describe(error) -> tuple[str, str]:
         if old is not None:
             new = renamed[old]
             hint = " ([script.py, arg, ...])" if new == "command" else ""
-            return (field_path(path, old), f"{old!r} was renamed: use {new!r}{hint}")
+            return (field_path(path, old), f"{old!r} is the old name of {new!r}{hint}: give only {new!r}")
         if known:
             close = difflib.get_close_matches(extra[0], known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -34,8 +34,8 @@ from ignite_tf.defaults import (
     ENV_REGISTRY_ROOT,
 )
 from ignite_tf.documents import read_yaml
-from ignite_tf.errors import ConfigError, SpecError
-from ignite_tf.pipeline.schema import field_path, schema_problems
+from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
+from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.plan.shards import Reshuffle
 
 DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"
@@ -280,7 +280,9 @@ def parse_spec(path: str | Path) -> PipelineConfig:
     if not isinstance(raw, dict):
         raise SpecError(path, [("(file)", f"must be a mapping of keys (got {type(raw).__name__})")])
     try:
-        doc = _expand(raw, "")
+        doc, renamed = upgrade_renamed_keys(_expand(raw, ""))
+        for old, new in renamed:
+            warnings.warn(f"{path}: {old} is deprecated: use {new}", SpecDeprecationWarning, stacklevel=2)
         problems = schema_problems(doc)
         if problems:
             raise SpecError(path, problems)

@@ -1,0 +1,155 @@
+"""The public API of ignite-tf in one place: every name a user's training script, Airflow DAG, pipeline spec or
+shell relies on.
+
+The modules behind these names may move; the names stay. A renamed one keeps working for at least one release,
+warning with its new name (a DeprecationWarning; a ``SpecDeprecationWarning`` for a YAML key, as a spec's
+author is no Python developer), and is listed in ``DEPRECATED`` until it is removed. ``tests/test_public_api.py``
+pins every entry: each Python name imports and is of its kind, each command and flag exists, the spec schema
+holds each YAML key, each deprecated name still works and warns.
+
+Data only: importing this module imports nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Dotted name -> kind: "module", "function", "class", "operator", "sensor", "trigger", "hook", "exception",
+# "warning", "plugin" or "value".
+PYTHON: dict[str, str] = {
+    # The package, and what Airflow reads through its entry points.
+    "ignite_tf": "module",
+    "ignite_tf.__version__": "value",
+    "ignite_tf.get_provider_info": "function",
+    "ignite_tf.ui.plugin.IgniteTFPlugin": "plugin",
+    # A training script on a worker: its data (no sharding, no Ignite code), its place in the cluster.
+    "ignite_tf.data": "module",
+    "ignite_tf.data.dataset": "function",
+    "ignite_tf.data.epochs": "function",
+    "ignite_tf.data.epochs_dataset": "function",
+    "ignite_tf.data.batches": "function",
+    "ignite_tf.data.blocks": "function",
+    "ignite_tf.data.shard": "function",
+    "ignite_tf.data.steps_per_epoch": "function",
+    "ignite_tf.data.worker_index": "function",
+    "ignite_tf.data.load_plan": "function",
+    "ignite_tf.data.read_ahead": "function",
+    "ignite_tf.data.drop_read_ahead": "function",
+    "ignite_tf.runtime": "module",
+    "ignite_tf.runtime.strategy": "function",
+    "ignite_tf.runtime.serve": "function",
+    "ignite_tf.runtime.task_info": "function",
+    "ignite_tf.runtime.TaskInfo": "class",
+    "ignite_tf.runtime.progress.report": "function",
+    "ignite_tf.runtime.progress.serving": "function",
+    # The built-in model (also named as an entry point string, see MODEL_ENTRY_POINTS).
+    "ignite_tf.models.tabular_classifier": "function",
+    # Python API without Airflow.
+    "ignite_tf.connection.IgniteConnectionConfig": "class",
+    "ignite_tf.etl.load": "function",
+    "ignite_tf.etl.LoadReport": "class",
+    "ignite_tf.cluster.api.start_cluster": "function",
+    "ignite_tf.cluster.api.make_launcher": "function",
+    "ignite_tf.cluster.state.Status": "class",
+    "ignite_tf.plan.partitions.PartitionMap": "class",
+    "ignite_tf.plan.shards.ShardPlan": "class",
+    "ignite_tf.reader.partition.PartitionReader": "class",
+    # Airflow: operators, sensor, trigger (its class path is stored with each deferred task), hook, links.
+    "ignite_tf.operators.ignite.IgniteLoadOperator": "operator",
+    "ignite_tf.operators.ignite.IgnitePartitionsOperator": "operator",
+    "ignite_tf.operators.shards.ShardPlanOperator": "operator",
+    "ignite_tf.operators.validation.ValidateShardOperator": "operator",
+    "ignite_tf.operators.validation.ValidationGateOperator": "operator",
+    "ignite_tf.operators.validation.ValidationGateFailed": "exception",
+    "ignite_tf.operators.tensorflow.TFClusterOperator": "operator",
+    "ignite_tf.operators.publish.PublishModelOperator": "operator",
+    "ignite_tf.operators.publish.model_asset": "function",
+    "ignite_tf.operators.inference.BatchInferenceOperator": "operator",
+    "ignite_tf.operators.links.ClusterPageLink": "class",
+    "ignite_tf.operators.links.TensorBoardLink": "class",
+    "ignite_tf.operators.links.RegistryVersionLink": "class",
+    "ignite_tf.sensors.tf_cluster.TFClusterSensor": "sensor",
+    "ignite_tf.triggers.tf_cluster.TFClusterTrigger": "trigger",
+    "ignite_tf.hooks.ignite.IgniteHook": "hook",
+    # Declarative pipelines: the three-line DAG file, and what it warns with.
+    "ignite_tf.pipeline.load_dags": "function",
+    "ignite_tf.pipeline.SpecWarning": "warning",
+    "ignite_tf.pipeline.SpecDeprecationWarning": "warning",
+    # Errors a caller catches.
+    "ignite_tf.errors.IgniteTFError": "exception",
+    "ignite_tf.errors.ConfigError": "exception",
+    "ignite_tf.errors.SpecError": "exception",
+    "ignite_tf.errors.LoadError": "exception",
+    "ignite_tf.errors.IgniteUnavailableError": "exception",
+    "ignite_tf.errors.AuthenticationFailedError": "exception",
+    "ignite_tf.errors.CacheNotFoundError": "exception",
+    "ignite_tf.errors.ValidationFailed": "exception",
+}
+
+# ``module:function`` strings a spec (``training.entry_point``), an operator (``entry_point=``) or
+# ``python -m ignite_tf.runtime --entry-point`` names.
+MODEL_ENTRY_POINTS: tuple[str, ...] = ("ignite_tf.models:tabular_classifier",)
+
+# Command -> its options and positional arguments (as ``-h`` shows them). Every command also takes -h.
+_COMMON = ("-c", "--config", "-V", "--version")
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "ignite-tf": _COMMON,
+    "ignite-tf start": (*_COMMON, "--mode", "--workers", "--ps", "--max-restarts", "--startup-deadline",
+                        "--restart-policy", "--progress-timeout", "--id", "--detach", "--env", "--launcher", "--k8s",
+                        "--namespace", "--image", "--placement", "CACHE_NAME", "JOB_DIR", "COMMAND", "ARGS"),
+    "ignite-tf stop": (*_COMMON, "CLUSTER_ID"),
+    "ignite-tf attach": (*_COMMON, "--from-start", "CLUSTER_ID"),
+    "ignite-tf ps": (*_COMMON, "-a", "--all", "CLUSTER_ID"),
+    "ignite-tf tensorboard": (*_COMMON, "--port", "--host", "CLUSTER_ID|RUN_DIR"),
+    "ignite-tf load": (*_COMMON, "--key", "--schema", "--column", "CACHE_NAME", "FILE"),
+    "python -m ignite_tf.runtime": ("--entry-point", "--epochs", "--batch-size", "--label-column", "--label",
+                                    "--features", "--learning-rate", "--steps-per-epoch", "--checkpoint-every-steps",
+                                    "--shuffle-buffer", "--model-arg", "--serve"),
+    "python -m ignite_tf.pipeline": ("SPEC",),
+}
+
+# Keys of a pipeline spec (``resources/pipeline.schema.json``), dotted by section.
+YAML_KEYS: tuple[str, ...] = (
+    "dag_id", "description", "owner", "tags", "schedule", "schedule.asset", "ignite_conn_id", "cache", "key", "suite",
+    "source", "source.path", "source.schema", "source.generator", "source.rows", "source.seed",
+    "shard_plan", "shard_plan.reshuffle", "shard_plan.seed",
+    "training", "training.mode", "training.workers", "training.ps", "training.launcher", "training.entry_point",
+    "training.command", "training.job_dir", "training.epochs", "training.batch_size", "training.model_args",
+    "training.learning_rate", "training.label_column", "training.max_restarts", "training.restart_policy",
+    "training.progress_timeout_s", "training.env", "training.startup_deadline_s",
+    "training.kubernetes", "training.kubernetes.namespace", "training.kubernetes.image", "training.kubernetes.conn_id",
+    "training.kubernetes.resources", "training.kubernetes.resources.requests", "training.kubernetes.resources.limits",
+    "training.kubernetes.service_account", "training.kubernetes.node_selector", "training.kubernetes.tolerations",
+    "training.kubernetes.volumes", "training.kubernetes.labels", "training.kubernetes.placement",
+    "training.kubernetes.ignite_selector", "training.kubernetes.ignite_namespace", "training.kubernetes.run_volume",
+    "training.kubernetes.host_network", "training.kubernetes.dns", "training.kubernetes.model_params",
+    "publish", "publish.model", "publish.registry_root", "publish.thresholds", "publish.tolerance",
+    "inference", "inference.input_cache", "inference.output_cache", "inference.shards",
+)
+
+
+class Deprecated(NamedTuple):
+    """A name of an earlier release that still works, warning with its new name, until the release after next."""
+
+    old: str
+    new: str
+    kind: str
+    """``module``, ``name`` (a dotted name), ``argument`` (``callable(old=)`` -> ``new=``), ``yaml`` (a spec
+    key) or ``command``."""
+
+
+DEPRECATED: tuple[Deprecated, ...] = (
+    Deprecated("ignite_tf.dags", "ignite_tf.pipeline", "module"),
+    Deprecated("ignite_tf.dags.load_dags", "ignite_tf.pipeline.load_dags", "name"),
+    Deprecated("python -m ignite_tf.dags", "python -m ignite_tf.pipeline", "command"),
+    # The module ignite_tf.etl.load hid the function of that name; it is ignite_tf.etl.loader now.
+    Deprecated("ignite_tf.etl.load.load", "ignite_tf.etl.load", "name"),
+    Deprecated("ignite_tf.etl.load.LoadReport", "ignite_tf.etl.loader.LoadReport", "name"),
+    Deprecated("ignite_tf.data.dataset(label=)", "label_column=", "argument"),
+    Deprecated("ignite_tf.operators.publish.PublishModelOperator(model_name=)", "model=", "argument"),
+    Deprecated("ignite_tf.operators.inference.BatchInferenceOperator(model_name=)", "model=", "argument"),
+    Deprecated("training.label", "training.label_column", "yaml"),
+    Deprecated("training.script", "training.command", "yaml"),
+    Deprecated("training.args", "training.command", "yaml"),
+    Deprecated("publish.registry", "publish.registry_root", "yaml"),
+)

@@ -1,0 +1,71 @@
+"""Benches cannot rot: each script in bench/ runs once in its smoke mode (``--smoke``: tiny data, one repetition,
+one epoch; see bench/harness.py) against the session Ignite cluster, exits 0 and prints its table and its JSON
+object. The table's header and the JSON's keys are checked, never the numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+# bench script -> (lines its table holds, keys of its JSON object)
+BENCHES = {
+    "ingest.py": (["| path | rows timed | rows/s |"],
+                  {"rows", "scan_default_rows_s", "scan_paged_rows_s", "reader_rows_s", "memory_rows_s",
+                   "reader_vs_paged", "reader_vs_memory", "rss_small_mb", "rss_large_mb"}),
+    "validate.py": (["| measurement | seconds | rows/s |"],
+                    {"rows", "validate_rows_s", "read_rows_s", "validation_overhead"}),
+    "end.py": (["| phase | median s | runs |", "| after_last_epoch_s |"],
+               {"startup_s", "epochs_s", "after_last_epoch_s", "_runs"}),
+    "startup.py": (["| sync workers | first step (s) | runs | / tf_import_s |",
+                    "| fed from | steps/s (best) | steps/s (median) | runs | rows/s (best) |"],
+                   {"tf_import_s", "tf_import_cold_s", "first_step_s", "bare_first_step_s", "steps_s_ignite",
+                    "steps_s_memory", "input_ratio", "input_ratio_median"}),
+    "e2e.py": (["| DAG stage | seconds | share of dag_s |", "| run | wall s | / direct_s | TF cluster lifetime s |",
+                "| cluster lifetime (median s) |"],
+               {"dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s", "phases"}),
+    "k8s_startup.py": (["| launcher (2 sync workers) | start_cluster returned (s) |"], {"runs"}),
+}
+# Not benches: what they import or launch (run by the benches above).
+HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.py"}
+
+
+def test_every_script_in_bench_is_smoke_tested_or_a_helper():
+    assert {p.name for p in BENCH.glob("*.py")} == set(BENCHES) | HELPERS
+
+
+def run_smoke(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / script), "--smoke", *args], capture_output=True, text=True,
+                          timeout=840)
+
+
+def assert_table_and_json(script: str, done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stderr[-6000:]}"
+    lines, keys = BENCHES[script]
+    for line in lines:
+        assert line in done.stdout, f"{script}: no {line!r} in its table:\n{done.stdout}"
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    assert keys <= set(data), f"{script}: its JSON lacks {sorted(keys - set(data))}: {sorted(data)}"
+    return data
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("script", sorted(set(BENCHES) - {"k8s_startup.py"}))
+def test_bench_smoke(script, ignite_conn):
+    assert_table_and_json(script, run_smoke(script, "--ignite", ignite_conn.addresses_str))
+
+
+@pytest.mark.k8s
+@pytest.mark.timeout(900)
+def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
+    """On the session's local Kubernetes (``--kubeconfig``: the bench starts and stops none) in a namespace of
+    its own, with the session Ignite cluster (its tasks use the host network, as the bench's own nodes would)."""
+    done = run_smoke("k8s_startup.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
+                     "--namespace", k8s_namespace)
+    data = assert_table_and_json("k8s_startup.py", done)
+    assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes"]
