@@ -27,6 +27,7 @@ from ignite_tf import demo_data
 from ignite_tf.cluster.procs import die_with_parent, pid_alive
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.state import LocalStateStore, store_to_env
+from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
@@ -225,7 +226,7 @@ def test_feed_is_exactly_the_worker_shard(tabular, ignite_conn, tmp_path, monkey
             expected = np.concatenate([
                 np.column_stack([b[c].astype(np.float32) for c in [*FEATURES, "label"]])
                 for b in itd.batches(epoch, batch_size=50, worker=w, plan=plan, conn=ignite_conn,
-                                     columns=[*FEATURES, "label"], shuffle_buffer=10_000)])
+                                     columns=[*FEATURES, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER)])
             np.testing.assert_array_equal(read_feed(feed, epoch), expected)
         seen.append(read_feed(feed, 0))
         assert write_feed(2, batch_size=50, label="label", worker=w, plan=plan, conn=ignite_conn,
@@ -259,7 +260,7 @@ def test_sync_dataset_reads_each_epochs_assignment_with_equal_steps(tabular, ign
 
     def epoch_rows(epoch: int) -> np.ndarray:
         stream = itd.batches(epoch, batch_size=batch, worker=1, plan=plan, conn=ignite_conn,
-                             columns=[*FEATURES, "label"], shuffle_buffer=10_000)
+                             columns=[*FEATURES, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER)
         return np.concatenate([np.column_stack([b[c] for c in FEATURES]).astype(np.float32) for b in stream])
 
     # Worker 1 (TF_CONFIG absent: pass the input context a strategy would give worker 1 of 2).
