@@ -504,12 +504,11 @@ def test_a_sync_worker_waits_for_the_leader_to_listen():
     import threading
 
     from ignite_tf.cluster.spec import Mode
+    from ignite_tf.ports import free_port
     from ignite_tf.runtime.start import wait_for_leader
     from ignite_tf.runtime.task import TaskInfo
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     cluster = {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]}
     assert wait_for_leader(TaskInfo("worker", 0, Mode.SYNC, cluster), timeout=0.0), "the leader does not wait"
     assert not wait_for_leader(TaskInfo("worker", 1, Mode.SYNC, cluster), timeout=0.3)

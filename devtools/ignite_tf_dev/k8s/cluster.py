@@ -31,8 +31,9 @@ from string import Template
 
 import yaml
 
-from ignite_tf.cluster.procs import kill_and_wait, pid_alive, port_free
+from ignite_tf.cluster.procs import kill_and_wait, pid_alive
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.ports import port_free
 from ignite_tf_dev.k8s import host
 from ignite_tf_dev.k8s.layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
 
