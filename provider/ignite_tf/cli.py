@@ -30,6 +30,7 @@ from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
 from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import IgniteTFError
+from ignite_tf.typecodes import LOADABLE
 
 
 def _common() -> argparse.ArgumentParser:
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("file", metavar="FILE")
     load.add_argument("--key", help="key column (default: a hash of each row)")
     load.add_argument("--schema", metavar="FILE",
-                      help="JSON/YAML mapping of column -> type (float32, float64, int32, int64, bool, string); "
+                      help=f"JSON/YAML mapping of column -> type ({', '.join(LOADABLE)}); "
                            "only the declared columns (and --key) are loaded")
     load.add_argument("--column", metavar="NAME:TYPE", action="append", default=[], type=_column_arg,
                       help="declare one column's type (repeatable; adds to or overrides --schema)")
@@ -114,11 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _column_arg(text: str) -> tuple[str, str]:
-    from ignite_tf.etl.load import COLUMN_TYPES
-
     name, sep, ctype = text.rpartition(":")
-    if not sep or not name or ctype not in COLUMN_TYPES:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    if not sep or not name or ctype not in LOADABLE:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:TYPE with TYPE one of {', '.join(LOADABLE)}")
     return name, ctype
 
 
