@@ -136,7 +136,8 @@ def test_registry_root_default_is_the_variable_else_the_home_folder(tmp_path, mo
     from ignite_tf.pipeline.schema import schema
 
     entry = schema()["properties"]["publish"]["properties"]["registry_root"]
-    assert "default" not in entry and all(f"${name}" in entry["description"] for name in (defaults.ENV_REGISTRY_ROOT, ENV_HOME))
+    assert "default" not in entry
+    assert all(f"${name}" in entry["description"] for name in (defaults.ENV_REGISTRY_ROOT, ENV_HOME))
 
 
 def test_readme_settings_table_shows_the_defaults():

@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
     start.add_argument("--image", help="task image (with --launcher kubernetes; default the project's task image)")
     start.add_argument("--placement", choices=[p.value for p in Placement],
-                       help=f"workers next to their Ignite nodes (with --launcher kubernetes; default {DEFAULT_PLACEMENT})")
+                       help="workers next to their Ignite nodes (with --launcher kubernetes; "
+                            f"default {DEFAULT_PLACEMENT})")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.

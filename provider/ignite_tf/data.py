@@ -156,7 +156,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
 
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
+            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+            seed: int | None = None,
             page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
             drop_remainder: bool = True, input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
@@ -232,7 +233,8 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
 
 def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None, features: list[str] | None = None,
                 stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
+                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                seed: int | None = None,
                 page_size: int = 1024, include_key: bool = False, block_rows: int = BLOCK_ROWS,
                 drop_remainder: bool = True, input_context=None):
     """``part(epoch)``: the batches of one of ``epochs``, ``epoch`` an int or a scalar tensor. The plan, this
@@ -304,7 +306,8 @@ def _options(tf):
 
 def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
-               conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
+               conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+               seed: int | None = None,
                page_size: int = 1024, block_rows: int = BLOCK_ROWS, include_key: bool = False,
                process: bool = False) -> None:
     """Start reading the first block of ``dataset(...)`` with the same arguments, in a background thread.

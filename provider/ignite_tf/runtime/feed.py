@@ -88,7 +88,8 @@ def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
 
 # -- sync: the epochs of one fit, read from Ignite ----------------------------------------------------------
 def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | None, epochs: int, steps: int,
-                 start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, input_context=None,
+                 start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                 input_context=None,
                  conn=None):
     """This worker's batches for epochs ``start_epoch .. epochs-1``, exactly ``steps`` per epoch.
 

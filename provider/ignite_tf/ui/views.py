@@ -85,8 +85,8 @@ def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | 
     age = ((state.finished_at or now or time.time()) - state.started_at)
     return {
         "id": state.cluster_id, "cache": state.cache, "mode": state.mode, "status": status,
-        "launcher": (state.launcher or {}).get("kind", LauncherKind.LOCAL.value), "labels": dict(state.labels), "restarts": state.restarts,
-        "reason": state.reason, "run_dir": state.run_dir, "age": age_text(age),
+        "launcher": (state.launcher or {}).get("kind", LauncherKind.LOCAL.value), "labels": dict(state.labels),
+        "restarts": state.restarts, "reason": state.reason, "run_dir": state.run_dir, "age": age_text(age),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_at)),
         "epochs_done": len(state.epochs), "epochs_total": last.get("epochs"),
         "last_epoch": {k: v for k, v in last.items() if k not in ("time", "attempt")},
