@@ -12,7 +12,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from ignite_tf.defaults import DEFAULT_REGISTRY_ROOT, ENV_REGISTRY_ROOT
+from ignite_tf.defaults import default_registry_root
 from ignite_tf.operators.ignite import IgniteLoadOperator, IgnitePartitionsOperator
 from ignite_tf.operators.publish import PublishModelOperator
 from ignite_tf.operators.shards import ShardPlanOperator
@@ -22,7 +22,7 @@ from ignite_tf.operators.validation import ValidateShardOperator, ValidationGate
 HERE = Path(__file__).parent
 SUITE = str(HERE / "expectations" / "tabular.yaml")
 CACHE = "tabular_hw"
-REGISTRY = os.environ.get(ENV_REGISTRY_ROOT, str(Path(DEFAULT_REGISTRY_ROOT).expanduser()))
+REGISTRY = default_registry_root()
 
 
 def demo_rows():

@@ -16,6 +16,7 @@ import yaml
 
 from ignite_tf import defaults
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY
+from ignite_tf.home import ENV_HOME
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "dags" / "expectations" / "tabular.yaml"
@@ -124,14 +125,19 @@ def test_poll_interval_agrees_between_operator_sensor_and_trigger():
     assert found == dict.fromkeys(found, defaults.DEFAULT_POLL_INTERVAL) and defaults.DEFAULT_POLL_INTERVAL == 5.0
 
 
-def test_registry_root_default_of_the_schema_is_the_one_the_spec_uses(tmp_path, monkeypatch):
-    from ignite_tf.pipeline.spec import DEFAULT_REGISTRY, parse_spec
+def test_registry_root_default_is_the_variable_else_the_home_folder(tmp_path, monkeypatch):
+    from ignite_tf.pipeline.spec import parse_spec
 
-    assert schema_default("publish", "registry_root") == DEFAULT_REGISTRY
-    assert DEFAULT_REGISTRY == f"${{{defaults.ENV_REGISTRY_ROOT}:-{defaults.DEFAULT_REGISTRY_ROOT}}}"
     monkeypatch.delenv(defaults.ENV_REGISTRY_ROOT, raising=False)
-    parsed = parse_spec(minimal_spec(tmp_path))
-    assert parsed.publish.registry_root == str(Path(defaults.DEFAULT_REGISTRY_ROOT).expanduser())
+    monkeypatch.setenv("IGNITE_TF_HOME", str(tmp_path / "home"))
+    assert parse_spec(minimal_spec(tmp_path)).publish.registry_root == str(tmp_path / "home" / "registry")
+    monkeypatch.setenv(defaults.ENV_REGISTRY_ROOT, str(tmp_path / "elsewhere"))
+    assert parse_spec(minimal_spec(tmp_path)).publish.registry_root == str(tmp_path / "elsewhere")
+    from ignite_tf.pipeline.schema import schema
+
+    entry = schema()["properties"]["publish"]["properties"]["registry_root"]
+    assert "default" not in entry
+    assert all(f"${name}" in entry["description"] for name in (defaults.ENV_REGISTRY_ROOT, ENV_HOME))
 
 
 def test_docs_settings_table_shows_the_defaults():

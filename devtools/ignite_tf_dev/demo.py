@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ignite_tf.defaults import ENV_REGISTRY_ROOT
 from ignite_tf_dev import SOURCE_TREE
 
 REPO = SOURCE_TREE
@@ -38,7 +39,7 @@ def airflow_env(conn, home: Path, dags: Path) -> None:
     # Run folders (validation results, checkpoints, TF logs) stay next to the registry, so the paths the
     # demo prints still exist after it ends.
     os.environ["IGNITE_TF_RUN_ROOT"] = str(home / "runs")
-    os.environ.setdefault("IGNITE_TF_REGISTRY", str(home / "registry"))  # kept: the next demo's gate compares
+    os.environ.setdefault(ENV_REGISTRY_ROOT, str(home / "registry"))  # kept: the next demo's gate compares
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

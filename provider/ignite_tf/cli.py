@@ -23,10 +23,14 @@ import sys
 from pathlib import Path
 
 from ignite_tf import __version__
+from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID as K8S_CONN_ID
+from ignite_tf.cluster.k8s.settings import DEFAULT_PLACEMENT, Placement
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
 from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import IgniteTFError
+from ignite_tf.typecodes import LOADABLE
 
 
 def _common() -> argparse.ArgumentParser:
@@ -65,16 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="give every task this variable (repeatable): NAME passes this shell's value, NAME=VALUE "
                             "sets one (recorded in the run folder: not for secrets); tasks get only the runtime's "
                             "variables otherwise")
-    start.add_argument("--launcher", choices=["local", "kubernetes"], default="local",
+    start.add_argument("--launcher", choices=[k.value for k in LauncherKind], default=LauncherKind.LOCAL.value,
                        help="where the tasks run: local processes, or pods on Kubernetes next to the Ignite nodes "
-                            "(connection kubernetes_default: kubeconfig or in-cluster) (default local)")
+                            f"(connection {K8S_CONN_ID}: kubeconfig or in-cluster) (default {LauncherKind.LOCAL})")
     start.add_argument("--k8s", metavar="FILE_OR_JSON",
                        help="Kubernetes settings, a YAML/JSON file or inline JSON: namespace, image, resources, "
                             "service_account, node_selector, tolerations, volumes, labels, placement, ...")
     start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
     start.add_argument("--image", help="task image (with --launcher kubernetes; needed unless the source tree's dev tooling is installed)")
-    start.add_argument("--placement", choices=["required", "preferred", "none"],
-                       help="workers next to their Ignite nodes (with --launcher kubernetes; default preferred)")
+    start.add_argument("--placement", choices=[p.value for p in Placement],
+                       help="workers next to their Ignite nodes (with --launcher kubernetes; "
+                            f"default {DEFAULT_PLACEMENT})")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
@@ -103,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("file", metavar="FILE")
     load.add_argument("--key", help="key column (default: a hash of each row)")
     load.add_argument("--schema", metavar="FILE",
-                      help="JSON/YAML mapping of column -> type (float32, float64, int32, int64, bool, string); "
+                      help=f"JSON/YAML mapping of column -> type ({', '.join(LOADABLE)}); "
                            "only the declared columns (and --key) are loaded")
     load.add_argument("--column", metavar="NAME:TYPE", action="append", default=[], type=_column_arg,
                       help="declare one column's type (repeatable; adds to or overrides --schema)")
@@ -111,11 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _column_arg(text: str) -> tuple[str, str]:
-    from ignite_tf.etl.loader import COLUMN_TYPES
-
     name, sep, ctype = text.rpartition(":")
-    if not sep or not name or ctype not in COLUMN_TYPES:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    if not sep or not name or ctype not in LOADABLE:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:TYPE with TYPE one of {', '.join(LOADABLE)}")
     return name, ctype
 
 
@@ -151,11 +154,11 @@ def connection(config: str | None):
 def _launcher(conn, args=None):
     from ignite_tf.cluster.api import make_launcher
 
-    if args is None or getattr(args, "launcher", "local") == "local":
+    if args is None or LauncherKind.parse(getattr(args, "launcher", None)) is LauncherKind.LOCAL:
         if args is not None and (args.k8s or args.namespace or args.image or args.placement):
             raise IgniteTFError("--k8s, --namespace, --image and --placement go with --launcher kubernetes")
         return make_launcher(conn)
-    return make_launcher(conn, kind="kubernetes", kubernetes=_k8s_settings(args))
+    return make_launcher(conn, kind=LauncherKind.KUBERNETES, kubernetes=_k8s_settings(args))
 
 
 def _k8s_settings(args) -> dict:

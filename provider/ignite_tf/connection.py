@@ -19,6 +19,8 @@ from typing import Any
 
 from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteUnavailableError
 
+DEFAULT_CONN_ID = "ignite_default"
+"""The Airflow connection the hook, operators, sensor, trigger, YAML spec and UI page use when none is named."""
 # The thin-client query that counts server nodes (the hook's connection test, the local cluster's readiness).
 SERVER_NODES_SQL = "SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE"
 

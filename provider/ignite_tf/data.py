@@ -47,8 +47,9 @@ import numpy as np
 
 from ignite_tf.cluster.spec import ENV_CACHE, ENV_SHARD_PLAN
 from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
-from ignite_tf.plan.shards import ShardPlan, WorkerShard
+from ignite_tf.plan.shards import Reshuffle, ShardPlan, WorkerShard
 from ignite_tf.reader.ahead import HeadStart
 from ignite_tf.reader.blocks import block_shuffle, filled, group, rebatch, stack_columns
 
@@ -74,7 +75,7 @@ def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None =
                           f"cache=... to read a whole cache as a single worker")
     from ignite_tf.plan.partitions import PartitionMap
 
-    return ShardPlan.build(PartitionMap.discover(_conn(conn), cache), 1, reshuffle="none")
+    return ShardPlan.build(PartitionMap.discover(_conn(conn), cache), 1, reshuffle=Reshuffle.NONE)
 
 
 def worker_index(input_context=None) -> int:
@@ -155,7 +156,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
 
 def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+            seed: int | None = None,
             page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
             drop_remainder: bool = True, input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
@@ -231,7 +233,8 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
 
 def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None, features: list[str] | None = None,
                 stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                seed: int | None = None,
                 page_size: int = 1024, include_key: bool = False, block_rows: int = BLOCK_ROWS,
                 drop_remainder: bool = True, input_context=None):
     """``part(epoch)``: the batches of one of ``epochs``, ``epoch`` an int or a scalar tensor. The plan, this
@@ -303,7 +306,8 @@ def _options(tf):
 
 def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
                features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
-               conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = 10_000, seed: int | None = None,
+               conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+               seed: int | None = None,
                page_size: int = 1024, block_rows: int = BLOCK_ROWS, include_key: bool = False,
                process: bool = False) -> None:
     """Start reading the first block of ``dataset(...)`` with the same arguments, in a background thread.

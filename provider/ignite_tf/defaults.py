@@ -8,6 +8,12 @@ restart policy and the progress watchdog keep theirs next to their logic, in ``i
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Mapping
+
+from ignite_tf.home import DEFAULT_HOME, HomeFolder
+
 # Restarts of a failed task before the cluster fails: enough for a lost node or an OOM kill, few enough that
 # a job that fails for its own reasons ends quickly.
 DEFAULT_MAX_RESTARTS = 2
@@ -20,6 +26,23 @@ DEFAULT_POLL_INTERVAL = 5.0
 DEFAULT_LABEL_COLUMN = "label"
 DEFAULT_EPOCHS = 5
 DEFAULT_BATCH_SIZE = 64
-# The model registry's root when none is given (the YAML spec, example DAGs).
+# Rows a worker's input shuffles among (the reader permutes blocks of this many rows).
+DEFAULT_SHUFFLE_BUFFER = 10_000
+# The model registry's root when none is given (the YAML spec, example DAGs): see default_registry_root.
 ENV_REGISTRY_ROOT = "IGNITE_TF_REGISTRY"
-DEFAULT_REGISTRY_ROOT = "~/.cache/ignite-tf/registry"
+
+
+def default_registry_root(environ: Mapping[str, str] | None = None) -> str:
+    """The model registry's root when none is given: ``$IGNITE_TF_REGISTRY``, else ``registry`` in the
+    ignite-tf home (:class:`ignite_tf.home.HomeFolder`)."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_REGISTRY_ROOT) or str(HomeFolder.of(env).registry)
+
+
+def __getattr__(name: str):
+    if name == "DEFAULT_REGISTRY_ROOT":
+        warnings.warn("ignite_tf.defaults.DEFAULT_REGISTRY_ROOT is deprecated: use "
+                      "ignite_tf.defaults.default_registry_root(), which honours IGNITE_TF_HOME",
+                      DeprecationWarning, stacklevel=2)
+        return f"{DEFAULT_HOME}/registry"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

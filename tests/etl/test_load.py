@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 from collections import OrderedDict
@@ -21,6 +20,7 @@ from ignite_tf.etl import encode as etl_encode
 from ignite_tf.etl import input as etl_input
 from ignite_tf.etl import loader as etl
 from ignite_tf.etl.loader import hash_keys, load, row_hash_keys
+from ignite_tf.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -310,9 +310,7 @@ def test_empty_input(ignite_conn, ignite_client, cache_name, tmp_path):
 
 
 def test_unreachable_cluster_names_the_address(cache_name):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     conn = IgniteConnectionConfig(addresses=[("127.0.0.1", port)], timeout=2)
     with pytest.raises(IgniteUnavailableError, match=rf"127\.0\.0\.1:{port}"):
         load(conn, cache_name, features(5))

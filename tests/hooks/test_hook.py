@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import tempfile
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import structlog  # noqa: E402
 from ignite_tf.connection import DEFAULT_PORT  # noqa: E402
 from ignite_tf.errors import ConfigError, IgniteUnavailableError  # noqa: E402
 from ignite_tf.hooks.ignite import IgniteHook, allowed_extras  # noqa: E402
+from ignite_tf.ports import free_port  # noqa: E402
 
 PASSWORD = "pw-Zq83-never-in-logs"
 
@@ -27,12 +27,6 @@ def define_conn(monkeypatch, conn_id: str, **fields) -> str:
     """Define an Airflow connection the way deployments do without a DB: AIRFLOW_CONN_<ID> as JSON."""
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "ignite", **fields}))
     return conn_id
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -66,7 +60,7 @@ def test_test_connection_reports_server_nodes(test_conn, ignite_conn):
 
 
 def test_test_connection_closed_port_is_false_and_names_the_address(monkeypatch):
-    address = f"127.0.0.1:{closed_port()}"
+    address = f"127.0.0.1:{free_port()}"
     conn_id = define_conn(monkeypatch, "ignite_closed", host=address)
     ok, message = IgniteHook(conn_id).test_connection()
     assert ok is False
@@ -76,7 +70,7 @@ def test_test_connection_closed_port_is_false_and_names_the_address(monkeypatch)
 
 
 def test_test_connection_names_an_unreachable_address_among_live_ones(monkeypatch, ignite_conn):
-    dead = f"127.0.0.1:{closed_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     conn_id = define_conn(monkeypatch, "ignite_partly", host=f"{ignite_conn.addresses_str},{dead}")
     ok, message = IgniteHook(conn_id).test_connection()
     assert ok, message
@@ -183,7 +177,7 @@ def test_password_is_never_logged_nor_in_repr(monkeypatch, ignite_conn, all_logs
     assert PASSWORD not in repr(config)
     assert PASSWORD not in json.dumps(config.redacted())
 
-    bad_id = define_conn(monkeypatch, "ignite_secret_bad", host=f"127.0.0.1:{closed_port()}", login="ignite",
+    bad_id = define_conn(monkeypatch, "ignite_secret_bad", host=f"127.0.0.1:{free_port()}", login="ignite",
                          password=PASSWORD)
     ok, message = IgniteHook(bad_id).test_connection()
     assert not ok and PASSWORD not in message

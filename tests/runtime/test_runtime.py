@@ -27,6 +27,7 @@ import ignite_tf.data as itd
 from ignite_tf.cluster.procs import die_with_parent, pid_alive
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.state import LocalStateStore, store_to_env
+from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
@@ -225,7 +226,7 @@ def test_feed_is_exactly_the_worker_shard(tabular, ignite_conn, tmp_path, monkey
             expected = np.concatenate([
                 np.column_stack([b[c].astype(np.float32) for c in [*FEATURES, "label"]])
                 for b in itd.batches(epoch, batch_size=50, worker=w, plan=plan, conn=ignite_conn,
-                                     columns=[*FEATURES, "label"], shuffle_buffer=10_000)])
+                                     columns=[*FEATURES, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER)])
             np.testing.assert_array_equal(read_feed(feed, epoch), expected)
         seen.append(read_feed(feed, 0))
         assert write_feed(2, batch_size=50, label="label", worker=w, plan=plan, conn=ignite_conn,
@@ -259,7 +260,7 @@ def test_sync_dataset_reads_each_epochs_assignment_with_equal_steps(tabular, ign
 
     def epoch_rows(epoch: int) -> np.ndarray:
         stream = itd.batches(epoch, batch_size=batch, worker=1, plan=plan, conn=ignite_conn,
-                             columns=[*FEATURES, "label"], shuffle_buffer=10_000)
+                             columns=[*FEATURES, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER)
         return np.concatenate([np.column_stack([b[c] for c in FEATURES]).astype(np.float32) for b in stream])
 
     # Worker 1 (TF_CONFIG absent: pass the input context a strategy would give worker 1 of 2).
@@ -503,12 +504,11 @@ def test_a_sync_worker_waits_for_the_leader_to_listen():
     import threading
 
     from ignite_tf.cluster.spec import Mode
+    from ignite_tf.ports import free_port
     from ignite_tf.runtime.start import wait_for_leader
     from ignite_tf.runtime.task import TaskInfo
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     cluster = {"worker": [f"127.0.0.1:{port}", "127.0.0.1:1"]}
     assert wait_for_leader(TaskInfo("worker", 0, Mode.SYNC, cluster), timeout=0.0), "the leader does not wait"
     assert not wait_for_leader(TaskInfo("worker", 1, Mode.SYNC, cluster), timeout=0.3)

@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from ignite_tf_dev.ignite.cluster import port_free
+
+from ignite_tf.ports import port_free
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")

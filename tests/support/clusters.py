@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.sql import listening
+from ignite_tf.ports import listening
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 PORTJOB = [sys.executable, str(JOBS / "portjob.py")]

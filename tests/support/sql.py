@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from contextlib import contextmanager
 
 from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
@@ -32,8 +31,3 @@ def private_cluster(tmp_path, n: int = 2):
         yield cluster
     finally:
         cluster.down()
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0

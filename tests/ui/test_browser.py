@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 
+from ignite_tf.ports import listening
 from tests.support.airflow import SECRET
 from tests.support.airflow_services import free_ports, wait_parsed
 from tests.ui.browser import chrome, click, login, wait_for
@@ -151,14 +152,7 @@ def test_tensorboard_command_serves_the_run(trained):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
-    assert not _listening(port)
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    assert not listening(port)
 
 
 def test_trigger_form_shows_the_params_and_refuses_a_bad_value(trained, tmp_path):

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 from ignite_tf.errors import IgniteTFError
+from ignite_tf.home import HomeFolder
 from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, DEFAULT_PORT, LocalIgniteCluster
-from ignite_tf_dev.ignite.jvm import IGNITE_HOME, ensure_jars, ignite_version
+from ignite_tf_dev.ignite.jvm import ensure_jars, ignite_version
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("IGNITE_TF_STATE_DIR", IGNITE_HOME / "local-cluster"))
+    return Path(os.environ.get("IGNITE_TF_STATE_DIR", HomeFolder.of().local_ignite))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="With --auth the password of user 'ignite' is taken from $IGNITE_TF_PASSWORD (default: ignite).")
     parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
                         help="the cluster's folder: pids, logs, work folders (default $IGNITE_TF_STATE_DIR "
-                             "or ~/.cache/ignite-tf/local-cluster)")
+                             "or local-cluster in the ignite-tf home)")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start N nodes and wait for the topology")
     up.add_argument("-n", "--nodes", type=int, default=2)

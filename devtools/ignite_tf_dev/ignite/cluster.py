@@ -41,10 +41,10 @@ from ignite_tf.cluster.procs import (
     free_port_bases,
     kill_and_wait,
     pid_alive,
-    port_free,
     tail_of,
 )
 from ignite_tf.errors import AuthenticationFailedError, ConfigError, IgniteTFError
+from ignite_tf.ports import port_free
 from ignite_tf_dev.ignite.jvm import (
     CONF_DIR,
     JAVA17_OPTS,

@@ -1,7 +1,7 @@
 """The JVM side of local Ignite nodes: the jars (fetched once with Maven), the java binary, its options.
 
 The jars come from Maven Central through Maven (``docker/ignite/pom.xml``) into a cache outside the
-repository (``$IGNITE_TF_HOME``, default ``~/.cache/ignite-tf``) and are reused on the next run.
+repository (the ignite-tf home, :class:`ignite_tf.home.HomeFolder`) and are reused on the next run.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.home import HomeFolder
 from ignite_tf_dev import SOURCE_TREE
 
-IGNITE_HOME = Path(os.environ.get("IGNITE_TF_HOME", Path.home() / ".cache" / "ignite-tf"))
 # docker/ignite of the source tree (pom.xml, ignite-node.xml); overridable for installed copies.
 CONF_DIR = Path(os.environ.get("IGNITE_TF_IGNITE_CONF", SOURCE_TREE / "docker" / "ignite"))
 
@@ -63,7 +63,7 @@ def ignite_version() -> str:
 def ensure_jars(quiet: bool = False) -> Path:
     """Return the folder of Ignite jars, fetching them with Maven the first time."""
     version = ignite_version()
-    libs = IGNITE_HOME / f"ignite-{version}" / "libs"
+    libs = HomeFolder.of().ignite_jars(version)
     if (libs / ".complete").exists():
         return libs
     if shutil.which("mvn") is None:

@@ -2,7 +2,7 @@
 
 Kubernetes itself (kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kube-proxy), kubectl and
 kwok are built once from the Go module proxy (``k8s/build.sh``) into a cache folder outside the repository
-named by version (``$IGNITE_TF_HOME/k8s-<version>``, default ``~/.cache/ignite-tf/k8s-v1.33.13``); etcd,
+named by version (``k8s-<version>`` in the ignite-tf home, :class:`ignite_tf.home.HomeFolder`); etcd,
 containerd, runc and the CNI plugins come from Debian's packages. ``up`` starts etcd, the control plane,
 N simulated nodes (kwok) and one real node (kubelet + containerd + kube-proxy) and returns when every node
 is Ready; ``down`` stops every process by pid, removes the containers and restores what the start changed on
@@ -31,8 +31,9 @@ from string import Template
 
 import yaml
 
-from ignite_tf.cluster.procs import kill_and_wait, pid_alive, port_free
+from ignite_tf.cluster.procs import kill_and_wait, pid_alive
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.ports import port_free
 from ignite_tf_dev.k8s import host
 from ignite_tf_dev.k8s.layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
 

@@ -1,4 +1,4 @@
-"""Where a local Kubernetes lives: versions, the cache folder and one cluster's file layout.
+"""Where a local Kubernetes lives: versions, its folder in the ignite-tf home and one cluster's file layout.
 
 Shared by :mod:`ignite_tf_dev.k8s.cluster` (start and stop) and :mod:`ignite_tf_dev.k8s.images` (image builds).
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ignite_tf.home import HomeFolder
 from ignite_tf_dev import SOURCE_TREE
 
 K8S_VERSION = "v1.33.13"  # v1.31/v1.32 cannot be built from the module proxy (403 on staging modules)
 KWOK_VERSION = "v0.8.0"
-CACHE = Path(os.environ.get("IGNITE_TF_HOME", Path.home() / ".cache" / "ignite-tf"))
-K8S_HOME = Path(os.environ.get("IGNITE_TF_K8S_HOME", CACHE / f"k8s-{K8S_VERSION}"))
+K8S_HOME = Path(os.environ.get("IGNITE_TF_K8S_HOME", HomeFolder.of().kubernetes(K8S_VERSION)))
 # k8s/ of the source tree (build script, PKI script, configuration templates).
 CONF_DIR = Path(os.environ.get("IGNITE_TF_K8S_CONF", SOURCE_TREE / "k8s"))
 BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kube-proxy", "kubectl",

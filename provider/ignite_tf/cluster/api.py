@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.environment import parse_env, pass_through
-from ignite_tf.cluster.launcher import Launcher, LocalLauncher
+from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.run_folder import RunFolder, default_run_root
 from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
@@ -20,20 +20,15 @@ from ignite_tf.errors import ConfigError
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 
 
-LAUNCHERS = ("local", "kubernetes")
-
-
-def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local",
+def make_launcher(conn=None, store: StateStore | None = None, kind: LauncherKind | str = LauncherKind.LOCAL,
                   kubernetes: dict[str, Any] | None = None) -> Launcher:
     """The launcher of ``kind``: ``local`` (processes on this machine) or ``kubernetes`` (pods; settings in
     ``kubernetes``, see ``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
-    kind = str(getattr(kind, "value", kind) or "local")
-    if kind not in LAUNCHERS:
-        raise ConfigError(f"launcher {kind!r} is not available (available: {', '.join(LAUNCHERS)})")
-    if kind == "local" and kubernetes:
+    kind = LauncherKind.parse(kind)
+    if kind is LauncherKind.LOCAL and kubernetes:
         raise ConfigError("kubernetes settings given with the local launcher: use launcher 'kubernetes'")
     store = store or open_store(conn)
-    if kind == "kubernetes":
+    if kind is LauncherKind.KUBERNETES:
         from ignite_tf.cluster.k8s.launcher import KubernetesLauncher
 
         return KubernetesLauncher(store, conn, kubernetes, on_lost=release_remote)
@@ -42,7 +37,7 @@ def make_launcher(conn=None, store: StateStore | None = None, kind: str = "local
 
 def release_remote(state: ClusterState) -> None:
     """Tasks that do not die with a lost supervisor (pods) are deleted by whoever stops the cluster."""
-    if (state.launcher or {}).get("kind") == "kubernetes":
+    if (state.launcher or {}).get("kind") == LauncherKind.KUBERNETES:
         from ignite_tf.cluster.k8s.launcher import release
 
         release(state)
@@ -70,7 +65,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
                   workers: int | None = None, ps: int = 1,
                   max_restarts: int = DEFAULT_MAX_RESTARTS, startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
                   grace_period_s: float = 10.0, cluster_id: str | None = None,
-                  run_root: str | Path | None = None, reshuffle: str = "epoch", seed: int = 0,
+                  run_root: str | Path | None = None, reshuffle: str | None = None, seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, restart_policy: RestartPolicy | str | None = None,
                   progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,

@@ -6,7 +6,7 @@ Importing TensorFlow runs about 1,800 of its Python modules. Where no compiled b
 7.5 CPU-s of an 8 CPU-s import, paid by every worker of every cluster at the same moment on the same cores.
 
 The supervisor therefore starts its tasks with ``PYTHONPYCACHEPREFIX`` set to one cache folder (default
-``$IGNITE_TF_HOME/pycache``, ``~/.cache/ignite-tf/pycache``) and bytecode writing on: the first task compiles
+``pycache`` in the ignite-tf home, :class:`ignite_tf.home.HomeFolder`) and bytecode writing on: the first task compiles
 and writes, later ones read (Python writes each file atomically, so tasks may share the folder). Set
 ``IGNITE_TF_PYCACHE`` to another folder, or to an empty value to leave the tasks' Python as it is. A
 caller's own ``PYTHONPYCACHEPREFIX`` is kept.
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
+
+from ignite_tf.home import HomeFolder
 
 ENV_PYCACHE = "IGNITE_TF_PYCACHE"
 
@@ -26,8 +27,7 @@ def pycache_dir(environ: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     if ENV_PYCACHE in env:
         return env[ENV_PYCACHE] or None
-    home = env.get("IGNITE_TF_HOME") or str(Path.home() / ".cache" / "ignite-tf")
-    return str(Path(home) / "pycache")
+    return str(HomeFolder.of(env).pycache)
 
 
 def with_bytecode_cache(env: dict[str, str]) -> dict[str, str]:

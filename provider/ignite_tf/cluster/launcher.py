@@ -17,13 +17,33 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.procs import pid_alive
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
-from ignite_tf.errors import IgniteTFError
+from ignite_tf.errors import ConfigError, IgniteTFError
+
+
+class LauncherKind(StrEnum):
+    """Where a cluster's tasks run: which launcher starts them (YAML ``training.launcher``, CLI ``--launcher``,
+    operator ``launcher=``, ``make_launcher(kind=)``)."""
+
+    LOCAL = "local"
+    """Processes on this machine (``LocalLauncher``)."""
+    KUBERNETES = "kubernetes"
+    """Pods (``ignite_tf.cluster.k8s.launcher.KubernetesLauncher``)."""
+
+    @classmethod
+    def parse(cls, value: LauncherKind | str | None) -> LauncherKind:
+        """``value`` as a LauncherKind (None or empty: ``LOCAL``)."""
+        try:
+            return cls(value or cls.LOCAL)
+        except ValueError:
+            raise ConfigError(f"launcher {value!r} is not available (available: "
+                              f"{', '.join(k.value for k in cls)})") from None
 
 
 class Launcher(ABC):

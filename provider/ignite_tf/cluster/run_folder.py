@@ -22,10 +22,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ignite_tf.home import HomeFolder
+
 
 def default_run_root() -> Path:
-    """Where run folders go: ``IGNITE_TF_RUN_ROOT``, else ``~/.cache/ignite-tf/runs``."""
-    return Path(os.environ.get("IGNITE_TF_RUN_ROOT", Path.home() / ".cache" / "ignite-tf" / "runs"))
+    """Where run folders go: ``IGNITE_TF_RUN_ROOT``, else ``runs`` in the ignite-tf home."""
+    return Path(os.environ.get("IGNITE_TF_RUN_ROOT", HomeFolder.of().runs))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
+from ignite_tf.ports import free_port
 
 
 class Mode(StrEnum):
@@ -238,12 +238,6 @@ class ClusterSpec:
     @classmethod
     def load(cls, path: str | Path) -> ClusterSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.home import HomeFolder
 
 
 class Status(StrEnum):
@@ -339,7 +340,7 @@ class IgniteStateStore(StateStore):
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("IGNITE_TF_CLUSTER_STATE", Path.home() / ".cache" / "ignite-tf" / "clusters"))
+    return Path(os.environ.get("IGNITE_TF_CLUSTER_STATE", HomeFolder.of().clusters))
 
 
 def open_store(conn=None, state_dir: str | Path | None = None) -> StateStore:

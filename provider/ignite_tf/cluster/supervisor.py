@@ -40,6 +40,7 @@ from ignite_tf.cluster.policy import Failure, RestartPolicy, first_cause
 from ignite_tf.cluster.procs import own_group_dying_with, signal_group
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, store_from_env
+from ignite_tf.ports import listening
 from ignite_tf.runtime import progress
 
 POLL_S = 0.2
@@ -47,12 +48,6 @@ HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
 # Put first on every task's PYTHONPATH: its sitecustomize ends a task at once on an uncaught exception.
 TASKBOOT_DIR = str(Path(__file__).resolve().parent.parent / "resources" / "taskboot")
-
-
-def _listening(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
 
 
 class Supervisor:
@@ -91,7 +86,7 @@ class Supervisor:
 
     def task_up(self, task: ClusterTask) -> bool:
         """Whether a starting task is up (listens on its port)."""
-        return _listening(task.host, task.port)
+        return listening(task.port, task.host)
 
     def task_pid(self, task: ClusterTask) -> int:
         proc = self.procs.get(task.name)

@@ -20,15 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ignite_tf.errors import LoadError
+from ignite_tf.typecodes import COLUMN_CODES, COLUMN_TYPE, FIXED, LOADABLE
 
-COLUMN_TYPES = {"float32": "REAL", "float64": "DOUBLE", "int32": "INT", "int64": "BIGINT", "bool": "BOOLEAN",
-                "string": "VARCHAR"}
+COLUMN_TYPES = {name: COLUMN_TYPE[name].sql for name in LOADABLE}
+"""A load's column type -> its SQL type (the vocabulary is ``ignite_tf.typecodes.COLUMN_TABLE``)."""
 SUFFIXES = (".csv", ".parquet", ".pq")
 ROW_KEY = "row_key"  # the key column of rows loaded without an integer key column (a hash)
 
-# column type -> the Arrow type its values are converted to (its Ignite type code: ignite_tf.typecodes.COLUMN_CODES)
-ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int32": pa.int32(), "int64": pa.int64(),
-               "bool": pa.bool_(), "string": pa.large_string()}
+# column type -> the Arrow type its values are converted to: its NumPy dtype's, and large strings for text
+ARROW_TYPES = {name: pa.from_numpy_dtype(FIXED[code]) if code in FIXED else pa.large_string()
+               for name, code in COLUMN_CODES.items()}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # H2 (Ignite's SQL engine) keywords that cannot be unquoted column or table names, plus Ignite's hidden columns.
 _RESERVED = set(

@@ -39,7 +39,7 @@ from ignite_tf.etl.input import (
     infer_type,
     read_schema,
 )
-from ignite_tf.typecodes import BY_CODE, COLUMN_CODES
+from ignite_tf.typecodes import BY_CODE, COLUMN_CODES, COLUMN_TYPE
 
 __all__ = ["COLUMN_TYPES", "ROW_KEY", "SUFFIXES", "LoadReport", "hash_keys", "infer_type", "load",
            "read_schema", "row_hash_keys"]
@@ -257,9 +257,7 @@ def _write(client, conn, report: LoadReport, cols: list[EncodedColumn], keys: np
 
     cache, table, key_sql = report.cache, report.table, report.key_column.upper()
     want = {key_sql: "int64", **{c.sql: c.ctype for c in cols}}
-    ignite_types = {"float32": dt.FloatObject, "float64": dt.DoubleObject, "int32": dt.IntObject,
-                    "int64": dt.LongObject, "bool": dt.BoolObject, "string": dt.String}
-    fields = OrderedDict((c.sql, ignite_types[c.ctype]) for c in cols)
+    fields = OrderedDict((c.sql, getattr(dt, COLUMN_TYPE[c.ctype].pyignite)) for c in cols)
     try:
         value_type = _retry(lambda: _check_table(client, cache, table, want, key_sql))
         report.created_table = value_type is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ignite_tf.connection import DEFAULT_PORT, SERVER_NODES_SQL, IgniteConnectionConfig
+from ignite_tf.connection import DEFAULT_CONN_ID, DEFAULT_PORT, SERVER_NODES_SQL, IgniteConnectionConfig
 from ignite_tf.errors import ConfigError
 
 try:
@@ -51,7 +51,7 @@ class IgniteHook(BaseHook):
     """
 
     conn_name_attr = "ignite_conn_id"
-    default_conn_name = "ignite_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "ignite"
     hook_name = "Apache Ignite"
 

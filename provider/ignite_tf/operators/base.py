@@ -9,6 +9,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ignite_tf.connection import DEFAULT_CONN_ID
+
 
 class IgniteTFOperator(BaseOperator):
     """Base of ignite-tf operators.
@@ -16,7 +18,7 @@ class IgniteTFOperator(BaseOperator):
     :param ignite_conn_id: Airflow connection of type ``ignite`` (addresses, credentials, SSL).
     """
 
-    def __init__(self, *, ignite_conn_id: str = "ignite_default", **kwargs):
+    def __init__(self, *, ignite_conn_id: str = DEFAULT_CONN_ID, **kwargs):
         super().__init__(**kwargs)
         self.ignite_conn_id = ignite_conn_id
 

@@ -22,14 +22,14 @@ class ShardPlanOperator(IgniteTFOperator):
     :param workers: number of workers (templated: a DAG ``Param``).
     :param partition_map: PartitionMap dict (e.g. ``partitions_task.output``).
     :param worker_hosts: host / node consistent id per worker; default one worker next to each node in turn.
-    :param reshuffle: ``epoch`` or ``none``.
+    :param reshuffle: ``epoch`` or ``none`` (:class:`~ignite_tf.plan.shards.Reshuffle`; default ``epoch``).
     :param seed: reshuffle seed.
     """
 
     template_fields: Sequence[str] = ("cache", "workers", "partition_map", "reshuffle", "seed")
 
     def __init__(self, *, cache: str | None = None, workers: int | str = 2, partition_map: Any = None,
-                 worker_hosts: list[str] | None = None, reshuffle: str = "epoch", seed: int | str = 0, **kwargs):
+                 worker_hosts: list[str] | None = None, reshuffle: str | None = None, seed: int | str = 0, **kwargs):
         super().__init__(**kwargs)
         self.cache, self.workers, self.partition_map = cache, workers, partition_map
         self.worker_hosts, self.reshuffle, self.seed = worker_hosts, reshuffle, seed

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
@@ -77,7 +78,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                  run_root: str | None = None, deferrable: bool = True, wait_for_completion: bool = True,
                  poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
-                 env: list[str] | dict[str, str] | None = None, launcher: str = "local",
+                 env: list[str] | dict[str, str] | None = None, launcher: str = LauncherKind.LOCAL.value,
                  kubernetes: dict[str, Any] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):

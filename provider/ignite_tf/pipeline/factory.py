@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.pipeline.schema import param_bounds
 from ignite_tf.pipeline.spec import PipelineConfig
@@ -218,7 +219,7 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                   "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
                   "restart_policy": training.restart_policy.value, "progress_timeout_s": training.progress_timeout_s,
                   **({"env": list(training.env)} if training.env else {}), **job,
-                  **({"launcher": training.launcher.value} if training.launcher.value != "local" else {}),
+                  **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
                   **({"kubernetes": training.kubernetes} if training.kubernetes else {})},
                  after=("validation_gate",)),
     ]

@@ -15,30 +15,29 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ignite_tf.cluster.environment import parse_env
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.spec import Mode
+from ignite_tf.connection import DEFAULT_CONN_ID
 from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     DEFAULT_LABEL_COLUMN,
     DEFAULT_MAX_RESTARTS,
-    DEFAULT_REGISTRY_ROOT,
     DEFAULT_STARTUP_DEADLINE_S,
-    ENV_REGISTRY_ROOT,
+    default_registry_root,
 )
 from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.plan.shards import Reshuffle
 
-DEFAULT_REGISTRY = f"${{{ENV_REGISTRY_ROOT}:-{DEFAULT_REGISTRY_ROOT}}}"
 RENAMED_GENERATORS = {"ignite_tf.demo_data:tabular": "ignite_tf_dev.demo_data:tabular"}
 """Old ``source.generator`` names -> new ones (accepted for one release, with a DeprecationWarning)."""
 # A command's first item that runs with the Python that parses the DAG (the worker that runs the task
@@ -52,13 +51,6 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 def _fail(field_path: str, message: str):
     raise SpecError(None, [(field_path, message)])
-
-
-class LauncherKind(StrEnum):
-    """Where the TF processes run (``training.launcher``); ``ignite_tf.cluster.launcher`` holds the launchers."""
-
-    LOCAL = "local"
-    KUBERNETES = "kubernetes"
 
 
 @dataclass(frozen=True)
@@ -240,7 +232,7 @@ class PipelineConfig:
     """Cron expression, preset or None."""
     schedule_asset: str | None = None
     """URI or name of the Asset whose updates start a run (instead of ``schedule``)."""
-    ignite_conn_id: str = "ignite_default"
+    ignite_conn_id: str = DEFAULT_CONN_ID
     key: str | None = None
     shard_plan: ShardPlanConfig = field(default_factory=ShardPlanConfig)
     publish: PublishConfig | None = None
@@ -348,7 +340,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         lr = t.get("learning_rate")
         return TrainingConfig(
             mode=Mode(t.get("mode", "sync")), workers=t.get("workers", 2), ps=t.get("ps", 1),
-            launcher=LauncherKind(t.get("launcher", LauncherKind.LOCAL.value)), entry_point=t.get("entry_point"),
+            launcher=LauncherKind.parse(t.get("launcher")), entry_point=t.get("entry_point"),
             command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
             epochs=t.get("epochs", DEFAULT_EPOCHS),
             batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
@@ -361,7 +353,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
 
     def publish(p):
-        registry_root = p.get("registry_root") or _expand(DEFAULT_REGISTRY, "publish.registry_root")
+        registry_root = p.get("registry_root") or default_registry_root()
         if "://" not in registry_root:
             registry_root = str(_resolve(base, registry_root))
         thresholds = {m: (b[0], b[1]) for m, b in (p.get("thresholds") or {}).items()}
@@ -380,8 +372,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         description=doc.get("description", ""), owner=doc.get("owner", "ignite-tf"), tags=tuple(doc.get("tags", ())),
         schedule=schedule if isinstance(schedule, str) else None,
         schedule_asset=schedule["asset"] if isinstance(schedule, dict) else None,
-        ignite_conn_id=doc.get("ignite_conn_id", "ignite_default"), key=doc.get("key"),
-        shard_plan=ShardPlanConfig(Reshuffle(shard_plan.get("reshuffle", "epoch")), shard_plan.get("seed", 0)),
+        ignite_conn_id=doc.get("ignite_conn_id", DEFAULT_CONN_ID), key=doc.get("key"),
+        shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None,
     )

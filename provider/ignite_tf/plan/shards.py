@@ -34,8 +34,18 @@ __all__ = ["HASH_SPACE", "ReadTask", "Reshuffle", "ShardPlan", "WorkerShard", "n
 
 
 class Reshuffle(StrEnum):
+    """Whether a worker's shard changes from one epoch to the next (see the module docstring)."""
+
     EPOCH = "epoch"
     NONE = "none"
+
+    @classmethod
+    def parse(cls, value: Reshuffle | str | None) -> Reshuffle:
+        """``value`` as a Reshuffle (None or empty: ``EPOCH``, the default)."""
+        try:
+            return cls(value or cls.EPOCH)
+        except ValueError:
+            raise ConfigError(f"reshuffle must be one of {[r.value for r in cls]} (got {value!r})") from None
 
 
 def next_to_nodes(partition_map: PartitionMap, workers: int) -> list[str]:
@@ -89,20 +99,18 @@ class ShardPlan:
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
     def build(cls, partition_map: PartitionMap, workers: int, *, worker_hosts: list[str] | None = None,
-              reshuffle: str | Reshuffle = Reshuffle.EPOCH, seed: int = 0, conn=None) -> ShardPlan:
+              reshuffle: str | Reshuffle | None = Reshuffle.EPOCH, seed: int = 0, conn=None) -> ShardPlan:
         """Plan ``workers`` shards over ``partition_map``.
 
         :param worker_hosts: host (or node consistent id / node id) each worker runs on; None = unknown.
-        :param reshuffle: ``"epoch"`` to change assignment and order every epoch, ``"none"`` to keep it.
+        :param reshuffle: ``"epoch"`` to change assignment and order every epoch, ``"none"`` to keep it
+            (None: ``"epoch"``).
         :param seed: with the epoch, the only input of the reshuffle.
         :param conn: needed only when partitions < workers (the keys are read to cut partitions exactly).
         """
         if not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers must be a positive integer (got {workers!r})")
-        try:
-            reshuffle = Reshuffle(reshuffle)
-        except ValueError:
-            raise ConfigError(f"reshuffle must be one of {[r.value for r in Reshuffle]} (got {reshuffle!r})") from None
+        reshuffle = Reshuffle.parse(reshuffle)
         hosts = list(worker_hosts) if worker_hosts is not None else [None] * workers
         if len(hosts) != workers:
             raise ConfigError(f"worker_hosts has {len(hosts)} entries for {workers} workers: give one per worker")
@@ -231,7 +239,7 @@ class ShardPlan:
         cuts = data.get("cuts")
         return cls(
             PartitionMap.from_dict(data["partition_map"]), int(data["workers"]), list(data["worker_hosts"]),
-            Reshuffle(data.get("reshuffle", "epoch")), int(data.get("seed", 0)),
+            Reshuffle.parse(data.get("reshuffle")), int(data.get("seed", 0)),
             None if cuts is None else {int(k): v for k, v in cuts.items()}, data.get("placement"),
         )
 

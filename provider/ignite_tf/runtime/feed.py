@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import ignite_tf.data as itd
+from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.blocks import filled
 
@@ -87,7 +88,8 @@ def label_classes(plan, label: str, label_dtype, conn=None) -> int | None:
 
 # -- sync: the epochs of one fit, read from Ignite ----------------------------------------------------------
 def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | None, epochs: int, steps: int,
-                 start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = 10_000, input_context=None,
+                 start_epoch: int = 0, start_step: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                 input_context=None,
                  conn=None):
     """This worker's batches for epochs ``start_epoch .. epochs-1``, exactly ``steps`` per epoch.
 
@@ -117,7 +119,7 @@ def _fingerprint(plan, names, label_name, batch_size, epochs, shuffle_buffer) ->
 
 
 def write_feed(epochs: int, *, batch_size: int, label: str, features: list[str] | None = None,
-               worker: int | None = None, plan=None, conn=None, shuffle_buffer: int = 10_000,
+               worker: int | None = None, plan=None, conn=None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                feed_dir: str | Path = FEED_DIR, log=print) -> dict:
     """Write this worker's shard for epochs ``0 .. epochs-1`` under ``feed_dir`` (default ``./feed``).
 

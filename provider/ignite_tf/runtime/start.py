@@ -6,13 +6,13 @@ import contextlib
 import gc
 import importlib.util
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 from ignite_tf.cluster.spec import Mode
 from ignite_tf.errors import ConfigError
+from ignite_tf.ports import listening
 from ignite_tf.runtime.task import TaskInfo
 
 ENV_READ_AHEAD = "IGNITE_TF_READ_AHEAD"
@@ -147,9 +147,7 @@ def wait_for_leader(info: TaskInfo, timeout: float = LEADER_WAIT_S) -> bool:
     host, port = leader.rsplit(":", 1)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                return True
-        except OSError:
-            time.sleep(0.01)
+        if listening(int(port), host, timeout=1.0):
+            return True
+        time.sleep(0.01)
     return False

@@ -42,7 +42,7 @@ from ignite_tf.cluster.spec import (
     ENV_TENSORBOARD_DIR,
     Mode,
 )
-from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN
+from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending, progress, timeline
 from ignite_tf.runtime.report import EpochReporter
@@ -76,7 +76,7 @@ def strategy(mode: Mode | str | None = None):
 
 
 def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column: str = DEFAULT_LABEL_COLUMN,
-          features: list[str] | None = None, shuffle_buffer: int = 10_000, join: bool = True):
+          features: list[str] | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, join: bool = True):
     """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
 
     Given ``epochs``, an async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for as
@@ -149,7 +149,7 @@ def build_model(fn, offered: dict[str, Any]):
 def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
           label_column: str = DEFAULT_LABEL_COLUMN, features: list[str] | None = None,
           learning_rate: float | None = None, steps_per_epoch: int | None = None,
-          checkpoint_every_steps: int | None = None, shuffle_buffer: int = 10_000,
+          checkpoint_every_steps: int | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
           model_kwargs: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
           tensorboard_dir: str | None = None, plan=None, mode: Mode | str | None = None) -> dict[str, Any]:
     """Train the entry point's model on this worker's data (sync workers, the async chief, or alone).
@@ -403,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--steps-per-epoch", type=int)
     parser.add_argument("--checkpoint-every-steps", type=int)
-    parser.add_argument("--shuffle-buffer", type=int, default=10_000)
+    parser.add_argument("--shuffle-buffer", type=int, default=DEFAULT_SHUFFLE_BUFFER)
     parser.add_argument("--model-arg", type=_model_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="extra keyword argument of the model function (value parsed as JSON if it can be)")
     parser.add_argument("--serve", action="store_true",

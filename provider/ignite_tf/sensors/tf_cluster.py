@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 
+from ignite_tf.connection import DEFAULT_CONN_ID
 from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
 from ignite_tf.operators.base import WaitsForCluster
 
@@ -23,7 +24,7 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
 
     template_fields: Sequence[str] = ("cluster_id",)
 
-    def __init__(self, *, cluster_id: str, ignite_conn_id: str = "ignite_default", deferrable: bool = True,
+    def __init__(self, *, cluster_id: str, ignite_conn_id: str = DEFAULT_CONN_ID, deferrable: bool = True,
                  poll_interval: float = DEFAULT_POLL_INTERVAL, **kwargs):
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)

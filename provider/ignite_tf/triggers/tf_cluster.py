@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ignite_tf.connection import DEFAULT_CONN_ID
 from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
 from ignite_tf.triggers.cluster_events import event_for, launcher_for
 
@@ -31,7 +32,7 @@ class TFClusterTrigger(BaseTrigger):
     :param offset: byte offset of the chief's output already logged.
     """
 
-    def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = "ignite_default",
+    def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = DEFAULT_CONN_ID,
                  state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0):
         super().__init__()
         self.cluster_id = cluster_id

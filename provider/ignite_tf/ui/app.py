@@ -17,6 +17,7 @@ from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from ignite_tf.connection import DEFAULT_CONN_ID
 from ignite_tf.ui import page
 from ignite_tf.ui.tensorboard import tensorboard_url
 from ignite_tf.ui.views import RESULT_OPERATORS, cluster_view
@@ -35,7 +36,7 @@ def _connection():
 
     from ignite_tf.hooks.ignite import IgniteHook
 
-    conn_id = os.environ.get(ENV_CONN_ID, "ignite_default")
+    conn_id = os.environ.get(ENV_CONN_ID, DEFAULT_CONN_ID)
     try:
         return IgniteHook.config_from_connection(Connection.get_connection_from_secrets(conn_id))
     except Exception as exc:  # noqa: BLE001 - no connection: show the local state folder

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import ClusterState
 from ignite_tf.ui.charts import line_chart
@@ -84,8 +85,8 @@ def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | 
     age = ((state.finished_at or now or time.time()) - state.started_at)
     return {
         "id": state.cluster_id, "cache": state.cache, "mode": state.mode, "status": status,
-        "launcher": (state.launcher or {}).get("kind", "local"), "labels": dict(state.labels), "restarts": state.restarts,
-        "reason": state.reason, "run_dir": state.run_dir, "age": age_text(age),
+        "launcher": (state.launcher or {}).get("kind", LauncherKind.LOCAL.value), "labels": dict(state.labels),
+        "restarts": state.restarts, "reason": state.reason, "run_dir": state.run_dir, "age": age_text(age),
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_at)),
         "epochs_done": len(state.epochs), "epochs_total": last.get("epochs"),
         "last_epoch": {k: v for k, v in last.items() if k not in ("time", "attempt")},

@@ -10,17 +10,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Friendly column type -> the dtype name GX's pandas type check compares with (`str`: pandas' string dtype).
-TYPES = {"float32": "float32", "float64": "float64", "int8": "int8", "int16": "int16", "int32": "int32",
-         "int64": "int64", "bool": "bool", "string": "str"}
+from ignite_tf.typecodes import COLUMN_TABLE, DOUBLE, FLOAT, STRING
+
+# Column type -> the dtype name GX's pandas type check compares with (`str`: pandas' string dtype).
+TYPES = {t.name: t.pandas[0] for t in COLUMN_TABLE}
 # A type list becomes expect_column_values_to_be_in_type_list, which compares dtype objects: list both the
-# NumPy dtype and the pandas nullable one (a column with NULLs), as GX accepts either name.
-TYPE_LIST_NAMES = {"float32": ["float32"], "float64": ["float64"], "int8": ["int8", "Int8"],
-                   "int16": ["int16", "Int16"], "int32": ["int32", "Int32"], "int64": ["int64", "Int64"],
-                   "bool": ["bool", "boolean"]}
+# NumPy dtype and the pandas nullable one (a column with NULLs), as GX accepts either name. GX compares
+# pandas' string dtype only by name, so a type list holds no string.
+TYPE_LIST_NAMES = {t.name: list(t.pandas) for t in COLUMN_TABLE if t.code != STRING}
 COLUMN_KWARGS = ("column", "column_A", "column_B", "column_list", "column_set")
 # Column types whose values may be NaN (the reader gives SQL NULL in such a column as NaN too).
-FLOAT_TYPES = ("float32", "float64")
+FLOAT_TYPES = tuple(t.name for t in COLUMN_TABLE if t.code in (FLOAT, DOUBLE))
 NOT_NULL = "expect_column_values_to_not_be_null"
 
 

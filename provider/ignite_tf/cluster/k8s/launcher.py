@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from ignite_tf.cluster.k8s import objects
-from ignite_tf.cluster.k8s.settings import KubernetesSettings
-from ignite_tf.cluster.launcher import Launcher, LocalLauncher
+from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings
+from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore
@@ -144,9 +144,9 @@ def _share_job_dir(spec: ClusterSpec, run_dir: Path) -> None:
 def release(state: ClusterState, wait: float = 60.0) -> list[str]:
     """Delete a Kubernetes cluster's objects when its supervisor cannot (it was lost); returns what is left."""
     info = state.launcher or {}
-    if info.get("kind") != "kubernetes":
+    if info.get("kind") != LauncherKind.KUBERNETES:
         return []
-    core = kube_hook(info.get("conn_id") or "kubernetes_default").core_v1_client
+    core = kube_hook(info.get("conn_id") or DEFAULT_CONN_ID).core_v1_client
     objects.delete_owner(core, info["namespace"], info["owner"])
     deadline = time.monotonic() + wait
     while True:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ignite_tf.cluster.k8s.settings import HOST_LABEL, KubernetesSettings
+from ignite_tf.cluster.k8s.settings import HOST_LABEL, KubernetesSettings, Placement
 
 
 def ignite_node_hosts(core, nodes: list, settings: KubernetesSettings, namespace: str) -> dict[str, str]:
@@ -55,7 +55,7 @@ def wanted_nodes(plan, hosts: dict[str, str]) -> list[str | None]:
     return [hosts.get(h) if h else None for h in plan.worker_hosts]
 
 
-def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: str) -> dict[str, Any]:
+def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: Placement) -> dict[str, Any]:
     """What placement achieved: per worker wanted vs actual node, and the share of rows read on the node
     that holds them (epoch 0)."""
     shards = plan.shards(0)
@@ -68,7 +68,7 @@ def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: str
                         "node": got, "local": local, "rows": s.rows})
     # The plan's own bound: balancing may give a worker rows of another node even when every worker is local.
     planned = sum(s.local_rows for s in shards) / rows
-    return {"mode": mode, "workers": workers, "locality": round(local_rows / rows, 4),
+    return {"mode": mode.value, "workers": workers, "locality": round(local_rows / rows, 4),
             "planned_locality": round(planned, 4), "local_workers": sum(w["local"] for w in workers)}
 
 

@@ -25,6 +25,18 @@ class Placement(StrEnum):
     NONE = "none"
     """Anywhere."""
 
+    @classmethod
+    def parse(cls, value: Placement | str | None) -> Placement:
+        """``value`` as a Placement (None or empty: the default, ``PREFERRED``)."""
+        try:
+            return cls(value or DEFAULT_PLACEMENT)
+        except ValueError:
+            raise ConfigError(f"kubernetes.placement must be one of {[p.value for p in cls]} "
+                              f"(got {value!r})") from None
+
+
+DEFAULT_PLACEMENT = Placement.PREFERRED
+
 
 @dataclass
 class KubernetesSettings:
@@ -40,7 +52,8 @@ class KubernetesSettings:
     :param tolerations: Kubernetes tolerations, as in a pod spec.
     :param volumes: extra ``[{"volume": {...pod volume...}, "mount": {...volumeMount...}}]``.
     :param labels: extra labels on every object.
-    :param placement: ``required``, ``preferred`` (default) or ``none``: workers next to their Ignite nodes.
+    :param placement: a :class:`Placement` (``required``, ``preferred`` or ``none``; default ``preferred``): workers
+        next to their Ignite nodes.
     :param ignite_selector: label selector of Ignite's pods in this cluster (``app=ignite``); without it,
         Ignite nodes are matched to Kubernetes nodes by host address and the ``ignite-tf.io/host`` label.
     :param ignite_namespace: namespace of Ignite's pods (default: ``namespace``).
@@ -61,7 +74,7 @@ class KubernetesSettings:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
-    placement: Placement = Placement.PREFERRED
+    placement: Placement = DEFAULT_PLACEMENT
     ignite_selector: str | None = None
     ignite_namespace: str | None = None
     run_volume: dict[str, Any] | None = None
@@ -70,11 +83,7 @@ class KubernetesSettings:
     model_params: int | None = None
 
     def __post_init__(self):
-        try:
-            self.placement = Placement(self.placement)
-        except ValueError:
-            raise ConfigError(f"kubernetes.placement must be one of {[p.value for p in Placement]} "
-                              f"(got {self.placement!r})") from None
+        self.placement = Placement.parse(self.placement)
         unknown = set(self.resources) - {"requests", "limits"}
         if unknown:
             raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")

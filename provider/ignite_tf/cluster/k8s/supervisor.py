@@ -30,6 +30,7 @@ from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.k8s import objects, placement
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
+from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, StateStore, Status, store_from_env
 from ignite_tf.cluster.supervisor import Supervisor
@@ -59,7 +60,7 @@ class PodSupervisor(Supervisor):
                  image: str, core=None):
         super().__init__(spec, store, pod_command)
         self.settings, self.namespace, self.image = settings, namespace, image
-        self.state.launcher = {"kind": "kubernetes", "namespace": namespace, "owner": spec.cluster_id,
+        self.state.launcher = {"kind": LauncherKind.KUBERNETES.value, "namespace": namespace, "owner": spec.cluster_id,
                                "conn_id": settings.conn_id}
         self.attempts: dict[str, int] = {}
         self.current: dict[str, str] = {}  # task -> its pod's name
@@ -208,7 +209,7 @@ class PodSupervisor(Supervisor):
             self.placement_done = True
             return
         result = placement.achieved(plan, self.wanted or [None] * len(workers), [a.node_name for a in actual],
-                                    self.settings.placement.value)
+                                    self.settings.placement)
         plan.placement = result
         plan.save(self.spec.shard_plan_path)
         self.placement_done = True
