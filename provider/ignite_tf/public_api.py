@@ -135,7 +135,7 @@ class Deprecated(NamedTuple):
     new: str
     kind: str
     """``module``, ``name`` (a dotted name), ``argument`` (``callable(old=)`` -> ``new=``), ``yaml`` (a spec
-    key) or ``command``."""
+    key), ``generator`` (a spec's ``source.generator`` string) or ``command``."""
 
 
 DEPRECATED: tuple[Deprecated, ...] = (
@@ -152,4 +152,11 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated("training.script", "training.command", "yaml"),
     Deprecated("training.args", "training.command", "yaml"),
     Deprecated("publish.registry", "publish.registry_root", "yaml"),
+    # The demo's synthetic table is development tooling now, not part of the provider's wheel.
+    Deprecated("ignite_tf.demo_data:tabular", "ignite_tf_dev.demo_data:tabular", "generator"),
 )
+
+
+def renamed(kind: str) -> dict[str, str]:
+    """Old name -> new name of the deprecated entries of one ``kind``."""
+    return {d.old: d.new for d in DEPRECATED if d.kind == kind}

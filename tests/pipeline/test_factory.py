@@ -331,7 +331,9 @@ def test_the_old_demo_generator_name_works_for_one_release_with_a_warning(tmp_pa
     spec["source"]["generator"] = "ignite_tf.demo_data:tabular"
     path = tmp_path / "old_generator.yaml"
     path.write_text(yaml.safe_dump(spec))
-    with pytest.warns(DeprecationWarning, match=r"source.generator 'ignite_tf.demo_data:tabular' .* use "
+    from ignite_tf.pipeline import SpecDeprecationWarning
+
+    with pytest.warns(SpecDeprecationWarning, match=r"source.generator 'ignite_tf.demo_data:tabular' .* use "
                                                 r"'ignite_tf_dev.demo_data:tabular'"):
         config = parse_spec(path)
     assert config.source.generator == "ignite_tf_dev.demo_data:tabular"

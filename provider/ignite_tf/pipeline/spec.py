@@ -37,9 +37,10 @@ from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.plan.shards import Reshuffle
+from ignite_tf.public_api import renamed
 
-RENAMED_GENERATORS = {"ignite_tf.demo_data:tabular": "ignite_tf_dev.demo_data:tabular"}
-"""Old ``source.generator`` names -> new ones (accepted for one release, with a DeprecationWarning)."""
+RENAMED_GENERATORS = renamed("generator")
+"""Old ``source.generator`` names -> new ones (accepted for one release, with a SpecDeprecationWarning)."""
 # A command's first item that runs with the Python that parses the DAG (the worker that runs the task
 # parses it again), not whatever ``python`` the task's PATH holds.
 PYTHON_NAMES = ("python", "python3")
@@ -324,7 +325,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         generator = value.get("generator")
         if generator in RENAMED_GENERATORS:
             warnings.warn(f"{path}: source.generator {generator!r} is deprecated (the demo table moved to the "
-                          f"development tooling): use {RENAMED_GENERATORS[generator]!r}", DeprecationWarning,
+                          f"development tooling): use {RENAMED_GENERATORS[generator]!r}", SpecDeprecationWarning,
                           stacklevel=2)
             generator = RENAMED_GENERATORS[generator]
         if generator:
