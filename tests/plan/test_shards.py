@@ -8,7 +8,7 @@ import pytest
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import NodeInfo, PartitionMap
 from ignite_tf.plan.shards import HASH_SPACE, ShardPlan, next_to_nodes
-from ignite_tf.plan.tasks import ReadTask
+from ignite_tf.reader.tasks import ReadTask
 
 
 def make_map(rows: list[int], hosts=("h0", "h1"), seed: int | None = 1) -> PartitionMap:

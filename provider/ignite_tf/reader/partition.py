@@ -39,7 +39,7 @@ from pyignite.utils import cache_id as _cache_id
 
 from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, ConfigError, IgniteUnavailableError
-from ignite_tf.plan.tasks import HASH_SPACE, ReadTask, key_hash
+from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
 from ignite_tf.reader import binary as wire
 from ignite_tf.reader import layout as _layout
 from ignite_tf.reader.binary import STACKED
