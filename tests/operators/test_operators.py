@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.airflow import SECRET, TaskContext, ignite_connection_env, migrate_db
-from tests.support.clusters import assert_nothing_left, wait_for
+from tests.support.clusters import assert_nothing_left
+from tests.support.polling import wait_for
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 from ignite_tf_dev.ignite.cluster import port_free
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
