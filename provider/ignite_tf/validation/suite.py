@@ -172,7 +172,7 @@ def coerce_suite(suite: Suite | dict | str | Path) -> Suite:
 def _suite(checked: dict) -> Suite:
     """The Suite of ``parse_suite``'s checked values."""
     return Suite(**{**checked, "columns": {c: ColumnRules(**r) for c, r in checked["columns"].items()},
-                    "expectations": [ExpectationSpec(**e) for e in checked.get("expectations", [])]})
+                    "expectations": [ExpectationSpec(**e) for e in checked["expectations"]]})
 
 
 __all__ = ["Suite", "ColumnRules", "ExpectationSpec", "load_suite", "coerce_suite", "TYPES", "TYPE_LIST_NAMES"]
