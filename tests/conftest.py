@@ -7,6 +7,7 @@ import os
 import secrets
 import tempfile
 import uuid
+from pathlib import Path
 
 # Airflow writes airflow.cfg into AIRFLOW_HOME on first import: keep tests away from ~/airflow. The dags
 # folder must be fixed before anything imports airflow.settings (it is read once); tests that run DAGs with
@@ -122,6 +123,14 @@ def ignite_client(ignite_conn):
     client = ignite_conn.client()
     yield client
     client.close()
+
+
+@pytest.fixture
+def run_root(tmp_path, monkeypatch) -> Path:
+    """``tmp_path/runs`` as the root of the run folders of the clusters this test starts (``IGNITE_TF_RUN_ROOT``)."""
+    root = tmp_path / "runs"
+    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(root))
+    return root
 
 
 @pytest.fixture

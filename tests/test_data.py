@@ -135,7 +135,7 @@ def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_pat
     seen = {}
     for index in (0, 1):
         monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        ds = itd.dataset(batch_size=64, epoch=1, label="label", include_key=True, shuffle_buffer=256,
+        ds = itd.dataset(batch_size=64, epoch=1, label_column="label", include_key=True, shuffle_buffer=256,
                          drop_remainder=False)
         ids, labels = [], []
         for features, label in ds:
@@ -147,7 +147,7 @@ def test_dataset_under_tf_config(ignite_conn, ignite_client, cache_name, tmp_pat
         assert labels == [i % 3 for i in ids]
         seen[index] = ids
     assert not set(seen[0]) & set(seen[1]) and len(seen[0]) + len(seen[1]) == 1000
-    stacked = next(iter(itd.dataset(batch_size=10, label="label", stack=True, worker=0)))
+    stacked = next(iter(itd.dataset(batch_size=10, label_column="label", stack=True, worker=0)))
     assert stacked[0].shape == (10, 1) and np.all(np.isfinite(stacked[0].numpy()))
 
 
@@ -163,6 +163,33 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
     ids = [int(i) for features in ds for i in features["id"].numpy()]
     assert sorted(ids) == list(range(500))
+
+
+def test_label_is_the_deprecated_name_of_label_column(ignite_conn, ignite_client, cache_name, monkeypatch):
+    """``label=`` (the data API's name before it took the runtime's ``label_column``) still reads the label, and
+    warns naming ``label_column``; giving both is an error."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv(itd.ENV_SHARD_PLAN, raising=False)
+    create_table(ignite_client, cache_name, range(300), template="ignite_tf_small")
+    common = dict(batch_size=50, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0,
+                  drop_remainder=False)
+
+    def rows(ds):
+        return sorted((int(i), int(y)) for features, labels in ds
+                      for i, y in zip(features["id"].numpy(), labels.numpy(), strict=True))
+
+    with pytest.warns(DeprecationWarning, match="label= is deprecated, use label_column="):
+        old = itd.dataset(label="label", **common)
+    assert rows(old) == rows(itd.dataset(label_column="label", **common)) == [(i, i % 3) for i in range(300)]
+    with pytest.warns(DeprecationWarning, match="label_column="):
+        _, old = next(itd.epochs(1, label="label", **common))
+    assert rows(old) == [(i, i % 3) for i in range(300)]
+    with pytest.warns(DeprecationWarning, match="label_column="):
+        old = itd.epochs_dataset(50, range(1), label="label", **{k: v for k, v in common.items() if k != "batch_size"})
+    assert rows(old) == [(i, i % 3) for i in range(300)]
+    for function in (itd.dataset, itd.epochs_dataset, itd.epochs, itd.read_ahead, itd.cache_columns):
+        with pytest.raises(TypeError, match="give label_column= only"):
+            function(1, range(1), label="label", label_column="label")
 
 
 def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ignite_client, cache_name,

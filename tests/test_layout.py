@@ -2,6 +2,12 @@
 
 Every ``import`` counts, also those inside functions and under ``TYPE_CHECKING``: a deferred import still ties
 two modules together.
+
+Size: a module over ``SOFT_LIMIT`` lines (STYLE.md's "no file over ~400 lines without a reason") is a prompt to
+look for a second concept inside it, not a number to trim to. Split it where a concept ends; where the module
+is one concept, name it in ``WHOLE`` with the reason, and the test lets it grow. Moving lines out only to pass
+the number hides the design (a reader looks for a concept in each file). The list stays honest both ways: an
+entry that fits the limit again, or whose module is gone, fails until it is dropped.
 """
 
 from __future__ import annotations
@@ -10,7 +16,19 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "provider" / "ignite_tf"
-MAX_LINES = 450  # ~400 lines, with room for a long table
+SOFT_LIMIT = 400
+# Modules over SOFT_LIMIT, and why each is one concept (or what is splitting it).
+WHOLE = {
+    "ignite_tf.data": "the worker-side data API users import as one namespace (ignite_tf.data.dataset ...): "
+                      "plan lookup, block streams, tf.data wrapping and the read-ahead call one another "
+                      "through module names the tests patch; the block transforms and the read-ahead machinery "
+                      "already live in reader/",
+    "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
+                                  "node connections and the in-flight partition's keys (tf_dataset wraps it)",
+    "ignite_tf.runtime.train": "what one task of a cluster runs, from its command line to the saved model",
+    "ignite_tf.cluster.supervisor": "not whole: restart policy and process backend, split apart by issue 23",
+    "ignite_tf.cluster.k8s.supervisor": "not whole: restart policy and pod backend, split apart by issue 23",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -98,8 +116,12 @@ def test_no_module_imports_another_modules_private_name():
 
 
 def test_no_module_is_a_giant():
-    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert long == {}
+    """Over SOFT_LIMIT lines only with a reason in WHOLE (see the module docstring)."""
+    lines = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    unexplained = {name: n for name, n in lines.items() if n > SOFT_LIMIT and name not in WHOLE}
+    assert unexplained == {}, "split these by concept, or name them in WHOLE with why each is one concept"
+    stale = [name for name in WHOLE if lines.get(name, 0) <= SOFT_LIMIT]
+    assert stale == [], "these fit the limit now (or are gone): drop them from WHOLE"
 
 
 def test_top_level_modules_are_not_prefix_families():

@@ -31,7 +31,8 @@ def test_the_reader_decodes_every_fixed_code_and_strings_and_names_them():
 def test_every_list_of_column_types_comes_from_the_one_table():
     from ignite_tf.cli import build_parser
     from ignite_tf.pipeline.schema import schema
-    from ignite_tf.validation.spec import FLOAT_TYPES, TYPE_LIST_NAMES, TYPES
+    from ignite_tf.validation.parse import FLOAT_TYPES, TYPES
+    from ignite_tf.validation.suite import TYPE_LIST_NAMES
 
     assert list(COLUMN_TYPES) == list(tc.LOADABLE) == [t.name for t in tc.COLUMN_TABLE if t.loadable]
     assert all(COLUMN_TYPES[t.name] == t.sql for t in tc.COLUMN_TABLE if t.loadable)

@@ -3,19 +3,21 @@
 A training script needs no sharding code and no Ignite code::
 
     import ignite_tf.data
-    for epoch, ds in ignite_tf.data.epochs(10, batch_size=64, label="label"):
+    for epoch, ds in ignite_tf.data.epochs(10, batch_size=64, label_column="label"):
         model.fit(ds, epochs=epoch + 1, initial_epoch=epoch)
 
 or, porting a script that trains on ``tf.data.Dataset.from_tensor_slices(...).shuffle(n).repeat().batch(b)``::
 
-    ds = ignite_tf.data.dataset(b, label="label", stack=True).repeat()
+    ds = ignite_tf.data.dataset(b, label_column="label", stack=True).repeat()
 
 or one ``fit`` over every epoch's slice (the dataset built once, however many epochs)::
 
-    ds = ignite_tf.data.epochs_dataset(64, range(10), each=lambda ds, e: ds.repeat().take(steps), label="label")
+    ds = ignite_tf.data.epochs_dataset(64, range(10), each=lambda ds, e: ds.repeat().take(steps),
+                                       label_column="label")
     model.fit(ds, epochs=10, steps_per_epoch=steps)
 
-Every batch holds exactly ``batch_size`` rows unless ``drop_remainder=False`` (see ``dataset``).
+Every batch holds exactly ``batch_size`` rows unless ``drop_remainder=False`` (see ``dataset``). The label is
+``label_column`` here as in the runtime and the pipeline spec; ``label=`` is its deprecated name.
 
 The launcher sets ``IGNITE_TF_SHARD_PLAN`` (path of the ShardPlan JSON), ``IGNITE_TF_ADDRESSES`` and friends
 (the connection; secrets only in the environment) and ``TF_CONFIG``. The worker's index comes from
@@ -38,8 +40,10 @@ the reader keeps scans of the next partitions in flight meanwhile. Memory stays 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +63,23 @@ BLOCK_ROWS = 16_384
 PREFETCH_BATCHES = 4
 # Blocks read ahead of the one being cut into batches.
 BLOCKS_AHEAD = 1
+
+
+def _label_renamed(function):
+    """``label=`` keeps working for one release as the deprecated name of ``label_column=``."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        if "label" in kwargs:
+            if "label_column" in kwargs:
+                raise TypeError(f"ignite_tf.data.{function.__name__}: give label_column= only (label= is its "
+                                f"deprecated name)")
+            warnings.warn(f"ignite_tf.data.{function.__name__}: argument label= is deprecated, use label_column= "
+                          f"(the old name is removed in the next release)", DeprecationWarning, stacklevel=2)
+            kwargs["label_column"] = kwargs.pop("label")
+        return function(*args, **kwargs)
+
+    return call
 
 
 def load_plan(plan: ShardPlan | str | Path | None = None, *, cache: str | None = None,
@@ -154,7 +175,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
         yield from group(block_shuffle(stream, rng), max(1, block_rows // unit))
 
 
-def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None, features: list[str] | None = None,
+@_label_renamed
+def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None, features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
             conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
             seed: int | None = None,
@@ -178,7 +200,8 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
 
     :param batch_size: rows per element (per worker: the global batch is this times the workers).
     :param epoch: selects the plan's assignment (with reshuffle="epoch", a different slice every epoch).
-    :param label: column yielded apart: elements are ``(features, label)``.
+    :param label_column: column yielded apart: elements are ``(features, label)`` (``label=``: its deprecated
+        name).
     :param features: feature columns (default: every column but the key and the label).
     :param stack: features as one float32 matrix ``[batch, n_features]`` instead of a dict of columns.
     :param shuffle_buffer: rows shuffled together within the shard (0 = keep reading order); seeded by
@@ -195,7 +218,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     """
     import tensorflow as tf
 
-    part = _epoch_part(tf, batch_size, range(epoch, epoch + 1), label=label, features=features, stack=stack,
+    part = _epoch_part(tf, batch_size, range(epoch, epoch + 1), label_column=label_column, features=features, stack=stack,
                        worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer, seed=seed,
                        page_size=page_size, include_key=include_key, block_rows=block_rows,
                        drop_remainder=drop_remainder, input_context=input_context)
@@ -203,6 +226,7 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
+@_label_renamed
 def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool = True, **kwargs):
     """``dataset(batch_size, epoch, **kwargs)`` for every epoch of ``epochs``, one after another, as one
     ``tf.data.Dataset``: one ``fit`` over many epochs, each epoch reading its own assignment of the plan.
@@ -214,7 +238,7 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
     :param epochs: a non-empty ``range`` of epoch numbers.
     :param each: ``each(ds, epoch) -> ds`` shapes an epoch's part (``epoch``: a scalar int64 tensor), e.g.
         ``lambda ds, e: ds.repeat().take(steps)`` for exactly ``steps`` batches every epoch.
-    :param kwargs: as ``dataset``'s (``label``, ``stack``, ``plan``, ``shuffle_buffer`` ...).
+    :param kwargs: as ``dataset``'s (``label_column``, ``stack``, ``plan``, ``shuffle_buffer`` ...).
     """
     import tensorflow as tf
 
@@ -231,7 +255,7 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
-def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None, features: list[str] | None = None,
+def _epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None = None, features: list[str] | None = None,
                 stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
                 conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                 seed: int | None = None,
@@ -250,10 +274,10 @@ def _epoch_part(tf, batch_size: int, epochs: range, *, label: str | None = None,
                                   f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
                                   f"fewer workers, or pass drop_remainder=False")
     first = epochs[0]
-    head = HeadStart.take(_ahead_key(plan, conn, first, index, batch_size, label, features, stack, shuffle_buffer,
+    head = HeadStart.take(_ahead_key(plan, conn, first, index, batch_size, label_column, features, stack, shuffle_buffer,
                                      seed, page_size, block_rows, include_key))
     names, label_name, dtypes, layout = head.columns if head else \
-        cache_columns(plan, conn, label, features, include_key)
+        cache_columns(plan, conn, label_column, features, include_key)
     read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
     # tf.data calls generate() again for every pass of an epoch (``.repeat()``, each fit epoch)
     passes: dict[int, Iterator[int]] = {}
@@ -304,7 +328,8 @@ def _options(tf):
     return options
 
 
-def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = None,
+@_label_renamed
+def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None,
                features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                seed: int | None = None,
@@ -327,9 +352,9 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
     """
     plan = load_plan(plan, conn=conn)
     index = worker if worker is not None else worker_index()
-    key = _ahead_key(plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer, seed, page_size,
+    key = _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
                      block_rows, include_key)
-    args = (plan, conn, epoch, index, batch_size, label, features, stack, shuffle_buffer, seed, page_size,
+    args = (plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
             block_rows, include_key)
     if process:
         HeadStart.start_process(key, f"{__name__}:first_pass", args, keep=(plan, conn))
@@ -343,11 +368,11 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label: str | None = No
     HeadStart.start(key, first_block, keep=(plan, conn))
 
 
-def first_pass(plan: ShardPlan, conn, epoch: int, index: int, batch_size: int, label: str | None,
+def first_pass(plan: ShardPlan, conn, epoch: int, index: int, batch_size: int, label_column: str | None,
                features: list[str] | None, stack: bool, shuffle_buffer: int, seed: int | None, page_size: int,
                block_rows: int, include_key: bool) -> tuple[tuple, Iterator[dict[str, np.ndarray]]]:
     """(``cache_columns``, the block stream) of ``dataset(...)``'s first pass: what a read-ahead reads."""
-    columns = names, label_name, _, layout = cache_columns(plan, conn, label, features, include_key)
+    columns = names, label_name, _, layout = cache_columns(plan, conn, label_column, features, include_key)
     read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
     return columns, blocks(epoch, batch_size=batch_size, worker=index, plan=plan, conn=conn, columns=read_columns,
                            shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
@@ -359,9 +384,9 @@ def drop_read_ahead() -> None:
     HeadStart.drop_all()
 
 
-def _ahead_key(plan, conn, epoch, index, batch_size, label, features, *rest) -> tuple:
+def _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, *rest) -> tuple:
     """What a ``dataset`` call must share with a ``read_ahead`` to start from its block (plan, conn: the objects)."""
-    return (id(plan), id(conn), epoch, index, batch_size, label, tuple(features) if features is not None else None,
+    return (id(plan), id(conn), epoch, index, batch_size, label_column, tuple(features) if features is not None else None,
             *rest)
 
 
@@ -373,6 +398,7 @@ def _read_columns(plan: ShardPlan, names: list[str], label_name: str | None, sta
     return read, (names if stack and key not in names else None)
 
 
+@_label_renamed
 def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
     """``(epoch, dataset)`` for epochs ``start .. n-1``: ``for epoch, ds in epochs(10, batch_size=64): ...``.
 
@@ -399,7 +425,9 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
     return conn
 
 
-def cache_columns(plan: ShardPlan, conn, label: str | None, features: list[str] | None, include_key: bool = False):
+@_label_renamed
+def cache_columns(plan: ShardPlan, conn, label_column: str | None, features: list[str] | None,
+                  include_key: bool = False):
     """(feature names, label name, {column: dtype}, reader layout) of the plan's cache (see ``feature_columns``)."""
     from ignite_tf.reader.layout import feature_columns
     from ignite_tf.reader.partition import PartitionReader
@@ -408,9 +436,9 @@ def cache_columns(plan: ShardPlan, conn, label: str | None, features: list[str] 
     with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1,
                          primaries=plan.partition_map.primary_addresses()) as probe:
         dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
-    label_name = label.lower() if label else None
+    label_name = label_column.lower() if label_column else None
     if label_name and label_name not in dtypes:
-        raise ConfigError(f"label {label!r} is not a column of cache '{plan.partition_map.cache}' "
+        raise ConfigError(f"label_column {label_column!r} is not a column of cache '{plan.partition_map.cache}' "
                           f"(columns: {', '.join(dtypes)})")
     names = feature_columns(dtypes, plan.partition_map.cache, key=key_column, label=label_name, features=features,
                             include_key=include_key)

@@ -18,24 +18,8 @@ from ignite_tf.cluster.commands import task_command
 from ignite_tf.cluster.spec import ClusterSpec, Role, build_spec, cluster_id_from
 from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
 from ignite_tf.errors import ConfigError
-from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes, wait_for
-from tests.support.sql import create_table
-
-
-@pytest.fixture(scope="module")
-def data_cache(ignite_conn):
-    client = ignite_conn.client()
-    try:
-        create_table(client, "cluster_tests", range(2000))
-    finally:
-        client.close()
-    return "cluster_tests"
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
-    return tmp_path
+from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes
+from tests.support.polling import wait_for
 
 
 def run(cache, conn, job_args, **kwargs):
@@ -88,7 +72,7 @@ def test_async_servers_get_the_runtime_flags_of_the_chief_command():
     assert entry["worker-0"] == ["-m", "ignite_tf.runtime", "--serve", "--epochs", "2"]
 
 
-def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, env):
+def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, run_root):
     launcher, state = run(data_cache, ignite_conn, ["2", "--fail-task", "worker-1", "--fail-attempt", "0"],
                           max_restarts=2, restart_policy="on-failure")
     final = launcher.wait(state.cluster_id, timeout=60)
@@ -101,7 +85,7 @@ def test_sync_failure_restarts_whole_cluster(ignite_conn, data_cache, env):
     assert_nothing_left(state.cluster_id, final.run_dir)
 
 
-def test_restarts_exhausted_and_user_failure_exit_codes(ignite_conn, data_cache, env):
+def test_restarts_exhausted_and_user_failure_exit_codes(ignite_conn, data_cache, run_root):
     launcher, state = run(data_cache, ignite_conn, ["1", "--fail-task", "worker-0"], max_restarts=1,
                           restart_policy="on-failure")
     final = launcher.wait(state.cluster_id, timeout=60)
@@ -113,12 +97,12 @@ def test_restarts_exhausted_and_user_failure_exit_codes(ignite_conn, data_cache,
     assert_nothing_left(state.cluster_id, final.run_dir)
 
 
-def test_async_worker_restarted_alone_and_ps_stopped_after_chief(ignite_conn, data_cache, env):
+def test_async_worker_restarted_alone_and_ps_stopped_after_chief(ignite_conn, data_cache, run_root):
     launcher = make_launcher(ignite_conn)
     # Async: the chief runs the user job; workers and ps run a server (a job's own serve_command here,
     # the port job, so this mechanics test needs no TensorFlow).
     spec = build_spec(cluster_id="async-mech", cache=data_cache, mode="async", workers=2, ps=1,
-                      run_dir=env / "runs" / "async-mech", max_restarts=2,
+                      run_dir=run_root / "async-mech", max_restarts=2,
                       job={"command": [*PORTJOB, "4"], "job_dir": str(JOBS), "serve_command": [*PORTJOB, "60"]})
     state = launcher.launch(spec)
     worker = wait_for(lambda: next((t for t in launcher.status(state.cluster_id).tasks
@@ -135,7 +119,7 @@ def test_async_worker_restarted_alone_and_ps_stopped_after_chief(ignite_conn, da
     assert_nothing_left(state.cluster_id, final.run_dir)
 
 
-def test_startup_deadline_leaves_nothing_running(ignite_conn, data_cache, env):
+def test_startup_deadline_leaves_nothing_running(ignite_conn, data_cache, run_root):
     launcher, state = run(data_cache, ignite_conn, ["30", "--no-listen", "worker-1"], startup_deadline_s=3,
                           max_restarts=2)
     final = launcher.wait(state.cluster_id, timeout=60)
@@ -144,7 +128,7 @@ def test_startup_deadline_leaves_nothing_running(ignite_conn, data_cache, env):
     assert_nothing_left(state.cluster_id, final.run_dir)
 
 
-def test_supervisor_killed_takes_every_task_with_it(ignite_conn, data_cache, env):
+def test_supervisor_killed_takes_every_task_with_it(ignite_conn, data_cache, run_root):
     launcher, state = run(data_cache, ignite_conn, ["60"], workers=3)
     wait_for(lambda: launcher.status(state.cluster_id).status is Status.RUNNING, what="cluster running")
     tasks = [t.pid for t in launcher.status(state.cluster_id).tasks]
@@ -156,7 +140,7 @@ def test_supervisor_killed_takes_every_task_with_it(ignite_conn, data_cache, env
     assert not launcher.is_alive(launcher.status(state.cluster_id))
 
 
-def test_cli_detach_ps_attach_stop_from_separate_processes(ignite_conn, data_cache, env):
+def test_cli_detach_ps_attach_stop_from_separate_processes(ignite_conn, data_cache, run_root):
     cli = [sys.executable, "-m", "ignite_tf.cli"]
     cli_env = {**os.environ, **ignite_conn.to_env()}
 
@@ -190,7 +174,7 @@ def test_cli_detach_ps_attach_stop_from_separate_processes(ignite_conn, data_cac
     assert_nothing_left("cli-detached", launcher.status("cli-detached").run_dir)
 
 
-def test_cli_errors_are_one_line(ignite_conn, data_cache, env, tmp_path):
+def test_cli_errors_are_one_line(ignite_conn, data_cache, run_root, tmp_path):
     cli = [sys.executable, "-m", "ignite_tf.cli"]
     cli_env = {**os.environ, **ignite_conn.to_env()}
     unknown = subprocess.run([*cli, "stop", "no-such-cluster"], env=cli_env, capture_output=True, text=True)
@@ -210,7 +194,7 @@ def test_cli_errors_are_one_line(ignite_conn, data_cache, env, tmp_path):
         assert version.returncode == 0 and version.stdout.startswith("ignite-tf ")
 
 
-def test_zip_job_dir(ignite_conn, data_cache, env, tmp_path):
+def test_zip_job_dir(ignite_conn, data_cache, run_root, tmp_path):
     import zipfile
 
     archive = tmp_path / "job.zip"
@@ -224,7 +208,7 @@ def test_zip_job_dir(ignite_conn, data_cache, env, tmp_path):
     assert "worker-0 done" in launcher.output(state.cluster_id)[0]
 
 
-def test_local_store_fallback_and_idempotent_launch(ignite_conn, data_cache, env, tmp_path):
+def test_local_store_fallback_and_idempotent_launch(ignite_conn, data_cache, run_root, tmp_path):
     store = LocalStateStore(tmp_path / "state")
     launcher = make_launcher(ignite_conn, store=store)
     job = {"command": [*PORTJOB, "20"], "job_dir": str(JOBS)}

@@ -22,7 +22,8 @@ from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.etl import load
 from ignite_tf.plan.partitions import PartitionMap
-from tests.support.clusters import assert_nothing_left, cluster_processes, wait_for
+from tests.support.clusters import assert_nothing_left, cluster_processes
+from tests.support.polling import wait_for
 
 PROBE = textwrap.dedent('''
     """Reports what it got as JSON on stdout, then ends as argv[1] says: a status, a signal or an exception."""
@@ -187,12 +188,11 @@ def test_forking_is_wanted_only_where_no_gpu_is_initialised_at_import(tmp_path, 
 
 
 @pytest.mark.parametrize("how", ["auto", "off"])
-def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, tmp_path, monkeypatch):
+def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, tmp_path, run_root, monkeypatch):
     """Two sync workers train for real; with the fork server both are children of one server process that
     imported TensorFlow, and it ends with the cluster; with ``off`` they are the supervisor's own children.
     The fork server starts while the shard plan is made: discovery here waits until it runs (the real
     discovery follows), and the tasks are then forked from that very server."""
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setenv("IGNITE_TF_FORKSERVER", how)
     cache, cluster_id = "forkserver_train", f"forked-{how}"
     load(ignite_conn, cache, demo_data.tabular(1200, seed=3), key="id")
@@ -238,10 +238,9 @@ def _forkservers(cluster_id: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_launch_given_up_while_planning_leaves_nothing(ignite_conn, tmp_path, monkeypatch):
+def test_a_launch_given_up_while_planning_leaves_nothing(ignite_conn, tmp_path, run_root, monkeypatch):
     """The supervisor and its fork server start while the shard plan is made; discovery then fails (no such
     cache): the error reaches the caller, and neither process nor any recorded state is left."""
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
     launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
     discover, seen = PartitionMap.discover, []
 

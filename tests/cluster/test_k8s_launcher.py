@@ -20,9 +20,8 @@ from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.state import ExitCode, Status
 from ignite_tf.plan.shards import ShardPlan
-from tests.support.k8s import wait_for
+from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import (
-    assert_nothing_left,
     cluster_pods,
     end_pod,
     simulated_settings,
@@ -31,21 +30,12 @@ from tests.support.k8s_launch import (
     wait_final,
     wait_running,
 )
-from tests.support.sql import create_table
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
 
 SIMULATED = ["sim-0", "sim-1", "sim-2"]
-
-
-@pytest.fixture(scope="module")
-def k8s_cache(ignite_conn):
-    client = ignite_conn.client()
-    try:
-        create_table(client, "k8s_launcher", range(600))
-    finally:
-        client.close()
-    return "k8s_launcher"
+DATA_ROWS = 600  # rows of data_cache
 
 
 @pytest.fixture
@@ -70,14 +60,14 @@ def _ignite_pods(core, ns, conn, cache) -> dict[str, str]:
     return where
 
 
-def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, k8s_cache, tmp_path):
+def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, data_cache, tmp_path):
     """Real scheduler on simulated nodes: each worker lands on the Kubernetes node of the Ignite pod that holds
     its partitions (placement: required); the shard plan records the locality its own plan allows and the chief's output prints
     it. Also checked on the real objects: one headless Service, pods owned by the ConfigMap, TF_CONFIG from
     the Service's DNS names, the Ignite login in a Secret (not in the pod spec), a computed memory request."""
     core, ns = kube
-    where = _ignite_pods(core, ns, ignite_conn, k8s_cache)
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(
+    where = _ignite_pods(core, ns, ignite_conn, data_cache)
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(
         ns, placement="required", ignite_selector="app=ignite", resources={}))
     cid = state.cluster_id
     try:
@@ -106,16 +96,16 @@ def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, k8s_ca
         assert "memory estimate per task" in out and f"{placed['locality'] * 100:.1f}% of rows read locally" in out
     finally:
         launcher.stop(cid)
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_restart_scope_follows_the_mode(kube, ignite_conn, k8s_cache, tmp_path, mode):
+def test_restart_scope_follows_the_mode(kube, ignite_conn, data_cache, tmp_path, mode):
     """Simulated exit 137 of worker-1 (retryable): sync replaces every pod, async replaces worker-1 alone;
     then simulated exit 0 ends the cluster as succeeded (async: the chief's exit; the ps is stopped) and
     nothing of it is left. Real: the supervisor's decisions on the apiserver's pod statuses."""
     core, ns = kube
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns), mode=mode, ps=1)
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns), mode=mode, ps=1)
     cid = state.cluster_id
     tasks = ["worker-0", "worker-1"] + (["chief-0", "ps-0"] if mode == "async" else [])
     try:
@@ -137,14 +127,14 @@ def test_restart_scope_follows_the_mode(kube, ignite_conn, k8s_cache, tmp_path, 
                                                 else "restarted the cluster")
     finally:
         launcher.stop(cid)
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
-def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, k8s_cache, tmp_path):
+def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, data_cache, tmp_path):
     """Simulated exit 1 (the task's own error) under the exit-code policy ends the cluster at once (exit 1);
     simulated OOMKilled (137) with no restarts left ends it naming OOMKilled, the limit and the estimate."""
     core, ns = kube
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns))
     cid = state.cluster_id
     try:
         pods = wait_running(core, ns, cid, ["worker-0", "worker-1"])
@@ -154,9 +144,9 @@ def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, k8s_cache, 
         launcher.stop(cid)
     assert final.exit_code == ExitCode.USER_CODE_FAILED and final.restarts == 0
     assert "worker-0 exited with status 1" in final.reason and "not retryable" in final.reason
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns, resources={}), max_restarts=0,
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns, resources={}), max_restarts=0,
                             cluster_id="oom-" + cid[-6:])
     cid = state.cluster_id
     try:
@@ -167,14 +157,14 @@ def test_own_error_fails_fast_and_oom_is_reported(kube, ignite_conn, k8s_cache, 
         launcher.stop(cid)
     assert final.exit_code == ExitCode.RESTARTS_EXHAUSTED
     assert "OOMKilled at its memory limit" in final.reason and "estimate" in final.reason, final.reason
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
-def test_deleted_pod_is_restarted(kube, ignite_conn, k8s_cache, tmp_path):
+def test_deleted_pod_is_restarted(kube, ignite_conn, data_cache, tmp_path):
     """Real: a user deletes worker-0's pod through the apiserver; the supervisor treats it as a lost task
     (retryable) and restarts the cluster. Simulated: the pods' running and exit."""
     core, ns = kube
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns))
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns))
     cid = state.cluster_id
     try:
         pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
@@ -187,29 +177,29 @@ def test_deleted_pod_is_restarted(kube, ignite_conn, k8s_cache, tmp_path):
         assert wait_final(launcher, cid).status is Status.SUCCEEDED
     finally:
         launcher.stop(cid)
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
-def test_unschedulable_pod_ends_in_the_startup_deadline(kube, ignite_conn, k8s_cache, tmp_path):
+def test_unschedulable_pod_ends_in_the_startup_deadline(kube, ignite_conn, data_cache, tmp_path):
     """Real scheduler: a pod whose node selector matches no node stays Pending; the start-up deadline ends
     the cluster (exit 3) with the scheduler's reason in the message, and nothing is left."""
     core, ns = kube
     settings = simulated_settings(ns, node_selector={local_k8s.HOST_LABEL: "no-such-node"})
-    launcher, state = start(ignite_conn, k8s_cache, tmp_path, settings, startup_deadline_s=8)
+    launcher, state = start(ignite_conn, data_cache, tmp_path, settings, startup_deadline_s=8)
     final = wait_final(launcher, state.cluster_id)
     assert final.exit_code == ExitCode.STARTUP_DEADLINE
     assert "Unschedulable" in final.reason and "didn't match Pod's node affinity/selector" in final.reason, final.reason
-    assert_nothing_left(core, ns, state.cluster_id)
+    assert_nothing_left(state.cluster_id, k8s=(core, ns))
 
 
-def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, k8s_cache, tmp_path, capsys, monkeypatch):
+def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, data_cache, tmp_path, capsys, monkeypatch):
     """Real: `ignite-tf stop` stops a running cluster (the supervisor deletes the pods with their grace period,
     then the owner); deleting the owner ConfigMap by hand makes the garbage collector delete the rest and the
     supervisor stop; a supervisor killed with SIGKILL leaves pods that `stop` then deletes itself."""
     core, ns = kube
     monkeypatch.setenv("IGNITE_TF_ADDRESSES", ignite_conn.addresses_str)
     for how in ("cli-stop", "delete-owner", "supervisor-killed"):
-        launcher, state = start(ignite_conn, k8s_cache, tmp_path, simulated_settings(ns),
+        launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns),
                                 cluster_id=f"{how}-{os.getpid()}")
         cid = state.cluster_id
         wait_running(core, ns, cid, ["worker-0", "worker-1"])
@@ -222,11 +212,11 @@ def test_stop_and_deleting_the_owner_leave_nothing(kube, ignite_conn, k8s_cache,
         else:
             os.kill(launcher.status(cid).supervisor_pid, signal.SIGKILL)
             assert launcher.stop(cid).status is Status.STOPPED
-        assert_nothing_left(core, ns, cid, timeout=30)
+        assert_nothing_left(cid, timeout=30, k8s=(core, ns))
         assert not cluster_pods(core, ns, cid, live_only=False)
 
 
-def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, monkeypatch, tmp_path):
+def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, data_cache, monkeypatch, tmp_path, run_root):
     """Real: TFClusterOperator(launcher="kubernetes") starts the cluster through Airflow's KubernetesHook;
     the deferred task's trigger ``on_kill`` (a user marks the task failed) and the operator's own
     ``on_kill`` (the worker kills a task that was not deferred) each stop it, and nothing of it is left.
@@ -245,11 +235,10 @@ def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, m
     for key, value in ignite_connection_env(ignite_conn).items():
         monkeypatch.setenv(key, value)
     dag = SimpleNamespace(dag_id=f"k8s_kill_{os.getpid()}")
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
     (tmp_path / "job").mkdir()
 
     def operator(**kw):
-        return TFClusterOperator(task_id="train", cache=k8s_cache, command=["python", "train.py"],
+        return TFClusterOperator(task_id="train", cache=data_cache, command=["python", "train.py"],
                                  job_dir=str(tmp_path / "job"),
                                  workers=2, launcher="kubernetes", kubernetes=simulated_settings(ns),
                                  poll_interval=0.5, **kw)
@@ -261,7 +250,7 @@ def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, m
     cid = context["ti"].xcoms["cluster_id"]
     wait_running(core, ns, cid, ["worker-0", "worker-1"])
     asyncio.run(deferred.value.trigger.on_kill())
-    assert_nothing_left(core, ns, cid, timeout=30)
+    assert_nothing_left(cid, timeout=30, k8s=(core, ns))
 
     op2 = operator(deferrable=False)
     context2 = TaskContext(dag, "manual__not_deferred")
@@ -271,7 +260,7 @@ def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, k8s_cache, m
     wait_running(core, ns, cid2, ["worker-0", "worker-1"])
     op2.on_kill()
     runner.join(timeout=60)
-    assert_nothing_left(core, ns, cid2, timeout=30)
+    assert_nothing_left(cid2, timeout=30, k8s=(core, ns))
 
 
 def _swallow(fn, *args):

@@ -24,8 +24,9 @@ from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.api import make_launcher
 from ignite_tf.cluster.state import Status
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
-from tests.support.k8s import wait_for
-from tests.support.k8s_launch import REAL_NODE, assert_nothing_left, use_local_k8s
+from tests.support.clusters import assert_nothing_left
+from tests.support.k8s_launch import REAL_NODE, use_local_k8s
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
 
@@ -45,10 +46,9 @@ def cache(ignite_conn):
 
 
 @pytest.fixture
-def kube(k8s_cluster, k8s_namespace, monkeypatch, ignite_conn, tmp_path):
+def kube(k8s_cluster, k8s_namespace, monkeypatch, ignite_conn, tmp_path, run_root):
     use_local_k8s(monkeypatch, k8s_cluster)
     monkeypatch.setenv("IGNITE_TF_ADDRESSES", ignite_conn.addresses_str)
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
     (tmp_path / "job").mkdir()
     return k8s_cluster.core, k8s_namespace
 
@@ -90,7 +90,7 @@ def test_sync_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_pat
     assert any((run_dir / "tensorboard").rglob("*tfevents*"))
     assert len(state.epochs) == 2
     assert _publish(tmp_path, state)["status"] == "production"
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
     assert all(t.host for t in state.tasks)
 
 
@@ -111,7 +111,7 @@ def test_async_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_pa
     assert (run_dir / "logs" / "chief-0.log").stat().st_size > 0
     assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
     assert _publish(tmp_path, state)["status"] in ("production", "candidate")
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
 def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cache, tmp_path, capsys):
@@ -136,7 +136,7 @@ def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cac
     assert result.get("code") == 0 and state.status is Status.SUCCEEDED, capsys.readouterr().out[-3000:]
     assert state.restarts == 1 and state.failures[0]["exit_code"] == 137
     assert "resuming at epoch" in (Path(state.run_dir) / "logs" / "worker-0.log").read_text()
-    assert_nothing_left(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
 
 
 def _task_of(proc) -> tuple | None:
@@ -195,4 +195,4 @@ def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
     assert len(registry.versions(f"k8s_{mode}")) == 1
     spec = json.loads(next((tmp_path / "runs").glob("*/cluster.json")).read_text())
     assert sorted(t["role"] for t in spec["tasks"]) == TOPOLOGY[mode][1]
-    assert_nothing_left(core, ns, spec["cluster_id"])
+    assert_nothing_left(spec["cluster_id"], k8s=(core, ns))

@@ -12,23 +12,12 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import ExitCode, Status
-from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, wait_for
-from tests.support.sql import create_table
-
-
-@pytest.fixture(scope="module")
-def data_cache(ignite_conn):
-    client = ignite_conn.client()
-    try:
-        create_table(client, "supervision_tests", range(2000))
-    finally:
-        client.close()
-    return "supervision_tests"
+from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left
+from tests.support.polling import wait_for
 
 
 @pytest.fixture
-def launcher(ignite_conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
+def launcher(ignite_conn, run_root):
     return make_launcher(ignite_conn)
 
 

@@ -21,28 +21,13 @@ from ignite_tf.cluster.spec import ClusterSpec, build_spec
 from ignite_tf.cluster.state import Status
 from ignite_tf.connection import DEFAULT_ADDRESS
 from ignite_tf.errors import ConfigError
-from tests.support.clusters import JOBS, assert_nothing_left, wait_for
-from tests.support.sql import create_table
+from tests.support.clusters import JOBS, assert_nothing_left
+from tests.support.polling import wait_for
 
+DATA_ROWS = 500  # rows of data_cache
 OTHER_SECRET = "postgres://etl:0ther-c0nn-s3cret@db.internal/warehouse"
 VENV_BIN = str(Path(sys.executable).parent)
 CLI = [sys.executable, "-m", "ignite_tf.cli"]
-
-
-@pytest.fixture(scope="module")
-def data_cache(ignite_conn):
-    client = ignite_conn.client()
-    try:
-        create_table(client, "task_env_tests", range(500))
-    finally:
-        client.close()
-    return "task_env_tests"
-
-
-@pytest.fixture
-def runs(tmp_path, monkeypatch):
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
-    return tmp_path
 
 
 def seen_by(out: Path, task: str) -> dict:
@@ -102,11 +87,11 @@ def test_cli_job_python_is_ignite_tfs_and_gets_no_other_secret(ignite_conn, data
     assert missing.returncode == 1 and "NOT_SET_ANYWHERE not set in this environment" in missing.stderr
 
 
-def test_ps_lists_tasks_then_shows_them_gone_after_the_supervisor_is_killed(ignite_conn, data_cache, runs,
-                                                                           monkeypatch):
+def test_ps_lists_tasks_then_shows_them_gone_after_the_supervisor_is_killed(ignite_conn, data_cache, run_root,
+                                                                           tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_OTHER", OTHER_SECRET)
     monkeypatch.setenv("KEEP_ME", "kept")
-    out = runs / "seen"
+    out = tmp_path / "seen"
     launcher = make_launcher(ignite_conn)
     state = start_cluster(data_cache, {"command": [sys.executable, "envjob.py", str(out), "120"],
                                        "job_dir": str(JOBS)}, conn=ignite_conn, launcher=launcher, workers=2,
@@ -167,7 +152,7 @@ def test_cli_default_address_is_the_thin_clients(monkeypatch):
     assert listed.returncode == 0 or "at 127.0.0.1:10800" in listed.stderr, listed.stderr
 
 
-def test_operator_task_gets_named_variables_and_no_other_connection(ignite_conn, data_cache, runs, monkeypatch,
+def test_operator_task_gets_named_variables_and_no_other_connection(ignite_conn, data_cache, run_root, monkeypatch,
                                                                      tmp_path):
     from airflow.sdk import DAG
 

@@ -16,7 +16,7 @@ import pytest
 from ignite_tf_dev.k8s import cluster as local_k8s
 from ignite_tf_dev.k8s.images import task_image_ref
 
-from tests.support.k8s import wait_for
+from tests.support.polling import wait_for
 
 # The first test to use the session cluster may build it (about 30 minutes on a cold 2-core machine);
 # every wait inside a test is bounded on its own.

@@ -21,6 +21,7 @@ from ignite_tf.etl import input as etl_input
 from ignite_tf.etl import loader as etl
 from ignite_tf.etl.loader import hash_keys, load, row_hash_keys
 from ignite_tf.ports import free_port
+from tests.support.sql import sql
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +34,6 @@ def features(n: int, seed: int = 0, with_id: bool = True) -> pd.DataFrame:
     if with_id:
         df.insert(0, "id", np.arange(n, dtype="int64") * 7 + 3)
     return df
-
-
-def sql(client, query: str) -> list[list]:
-    with client.sql(query) as cursor:
-        return [list(r) for r in cursor]
 
 
 def count(client, table: str) -> int:

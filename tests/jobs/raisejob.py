@@ -33,5 +33,5 @@ class Fail(tf.keras.callbacks.Callback):
             raise RuntimeError("worker 1 failed on purpose mid-epoch")
 
 
-model.fit(ignite_tf.data.dataset(32, label="label", stack=True, block_rows=64).repeat(), epochs=2,
+model.fit(ignite_tf.data.dataset(32, label_column="label", stack=True, block_rows=64).repeat(), epochs=2,
           steps_per_epoch=20, callbacks=[Fail()], verbose=0)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.airflow import SECRET, TaskContext, ignite_connection_env, migrate_db
-from tests.support.clusters import assert_nothing_left, wait_for
+from tests.support.airflow import SECRET, TaskContext, ignite_connection_env, migrate_db, xcoms
+from tests.support.clusters import assert_nothing_left
+from tests.support.polling import wait_for
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -57,15 +58,6 @@ def load_dag(path: Path, name: str = "dag"):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)
-
-
-def xcoms(dag_id: str, run_id: str) -> dict[tuple[str, int, str], object]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id).all()
-        return {(r.task_id, r.map_index, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import yaml
 
 from ignite_tf.pipeline.schema import schema
 from ignite_tf.pipeline.spec import SpecError, parse_spec
+from tests.support.airflow import xcoms
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -446,15 +447,6 @@ def airflow_env(ignite_conn, tmp_path_factory):
     module = _module(root / "dags" / "pipelines.py")
     yield root, module
     patch.undo()
-
-
-def xcoms(dag_id: str, run_id: str) -> dict:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id).all()
-        return {(r.task_id, r.map_index, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
 def test_bad_run_conf_is_rejected_before_any_task(airflow_env):

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import CacheNotFoundError, TopologyChangedError
 from ignite_tf.plan.partitions import PartitionMap
+from tests.support.polling import wait_for
 from tests.support.sql import create_table, private_cluster
+
+# A node still joining or leaving may fail the discovery's SQL for a while: that is "not yet".
+JOINING = (Exception,)
 
 
 def scan_counts(client, cache: str, partitions: int) -> list[int]:
@@ -66,20 +68,6 @@ def test_missing_cache_names_the_existing_ones(ignite_conn, ignite_client, cache
         PartitionMap.discover(ignite_conn, "no_such_cache")
 
 
-def _wait_for(predicate, timeout: float = 90.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception as exc:  # noqa: BLE001 - a joining node may not serve SQL yet
-            last_error, value = exc, None
-        if value:
-            return value
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last_error})")
-
-
 def test_map_follows_nodes_joining_and_leaving(tmp_path):
     with private_cluster(tmp_path, 2) as cluster:
         conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
@@ -101,7 +89,8 @@ def test_map_follows_nodes_joining_and_leaving(tmp_path):
         from ignite_tf.plan.shards import ShardPlan
 
         plan = ShardPlan.build(before, 2, worker_hosts=["node-0", "node-1"])
-        after = _wait_for(third_node_owns_partitions, what="the third node to own primary partitions")
+        after = wait_for(third_node_owns_partitions, 90, "the third node to own primary partitions", poll=1.0,
+                         errors=JOINING)
         assert after.total_rows == 2000
         changes = before.diff(after)
         assert any("joined" in c for c in changes) and not any("left" in c for c in changes)
@@ -123,6 +112,6 @@ def test_map_follows_nodes_joining_and_leaving(tmp_path):
             pm = PartitionMap.discover(conn3, "joins")
             return pm if len(pm.nodes) == 2 and pm.total_rows == 2000 else None
 
-        final = _wait_for(two_nodes_again, what="the map to drop the stopped node")
+        final = wait_for(two_nodes_again, 90, "the map to drop the stopped node", poll=1.0, errors=JOINING)
         assert any("left" in c for c in after.diff(final))
         assert sorted(len(final.partitions_of(n)) for n in final.nodes)[0] > 0

@@ -129,7 +129,7 @@ def test_blocks_are_bounded_whole_units_and_the_batches_of_the_dataset(tabular, 
     unshuffled = [len(b["id"]) for b in itd.blocks(2, batch_size=256, block_rows=4096, **common)]
     assert all(s == 4096 for s in unshuffled[:-1]) and sum(unshuffled) == sum(sizes)
 
-    ds = itd.dataset(256, 2, label="label", stack=True, shuffle_buffer=3000, drop_remainder=False, **common)
+    ds = itd.dataset(256, 2, label_column="label", stack=True, shuffle_buffer=3000, drop_remainder=False, **common)
     xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in ds], strict=True)
     assert [len(y) for y in ys] == [256] * (len(ys) - 1) + [len(ids) % 256 or 256]  # rebatch keeps batch_size
     want = tabular.frame.loc[ids]
@@ -140,7 +140,7 @@ def test_blocks_are_bounded_whole_units_and_the_batches_of_the_dataset(tabular, 
 def test_dict_dataset_and_exactly_once_over_workers(tabular, ignite_conn):
     ids, f3, labels = [], [], []
     for worker in (0, 1):
-        ds = itd.dataset(500, 0, label="label", features=["f3", "id"], worker=worker, plan=tabular.plan,
+        ds = itd.dataset(500, 0, label_column="label", features=["f3", "id"], worker=worker, plan=tabular.plan,
                          conn=ignite_conn, drop_remainder=False)
         for features, label in ds:
             assert set(features) == {"f3", "id"} and features["f3"].dtype.name == "float32"
@@ -194,7 +194,7 @@ def _ignite_sockets(ports: set[int]) -> int:
 def test_dropped_iterator_closes_its_reader_and_leaves_no_thread(tabular, ignite_conn, ignite_cluster):
     ports = {n.client_port for n in ignite_cluster.nodes}
     # Blocks of 1,024 rows (two shuffle units): the shard of 6,000 rows takes several, read one at a time.
-    ds = itd.dataset(64, 0, label="label", stack=True, plan=tabular.plan, conn=ignite_conn, worker=0,
+    ds = itd.dataset(64, 0, label_column="label", stack=True, plan=tabular.plan, conn=ignite_conn, worker=0,
                      shuffle_buffer=512, block_rows=1024)
     before, threads = _ignite_sockets(ports), threading.active_count()
     it = iter(ds)
@@ -216,7 +216,7 @@ def test_dropped_iterator_closes_its_reader_and_leaves_no_thread(tabular, ignite
 def test_the_end_of_an_epoch_does_not_wait_for_tf_autotuning(tabular, ignite_conn):
     """TF's tuning thread makes deleting an iterator wait for its next tick (1.28 s, 2.55 s ... after the
     iterator began; about one time in three with autotuning on): the dataset turns autotuning off."""
-    ds = itd.dataset(16, 0, label="label", stack=True, plan=tabular.plan, conn=ignite_conn, worker=0,
+    ds = itd.dataset(16, 0, label_column="label", stack=True, plan=tabular.plan, conn=ignite_conn, worker=0,
                      shuffle_buffer=0).repeat()
     assert ds.options().autotune.enabled is False
     for _ in range(3):

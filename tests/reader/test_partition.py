@@ -18,17 +18,13 @@ from pyignite.utils import cache_id
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.reader.partition import HASH_SPACE, PartitionReader, ReadTask, key_hash, tf_dataset
+from tests.support.sql import sql
 
 pytestmark = pytest.mark.integration
 ALL = range(1024)
 
 
 # -- test data written with plain SQL (independent of the ETL loader) --------------------------------------
-def sql(client, query: str, args=None) -> list[list]:
-    with client.sql(query, query_args=args) as cursor:
-        return [list(r) for r in cursor]
-
-
 def sql_literal(v) -> str:
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return "NULL"

@@ -15,7 +15,8 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
-from tests.support.clusters import assert_nothing_left, wait_for
+from tests.support.clusters import assert_nothing_left
+from tests.support.polling import wait_for
 
 CACHE = "training_tabular"
 TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "mnist_keras_tutorial"
@@ -32,8 +33,7 @@ def cache(ignite_conn):
 
 
 @pytest.fixture
-def launcher(ignite_conn, tmp_path, monkeypatch):
-    monkeypatch.setenv("IGNITE_TF_RUN_ROOT", str(tmp_path / "runs"))
+def launcher(ignite_conn, run_root, tmp_path):
     return make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
 
 

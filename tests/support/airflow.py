@@ -1,4 +1,4 @@
-"""Airflow for tests: a migrated SQLite metadata DB, an ``ignite`` connection, and task contexts."""
+"""Airflow for tests: a migrated SQLite metadata DB, an ``ignite`` connection, task contexts, a run's XComs."""
 
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ def ignite_connection_env(conn) -> dict[str, str]:
     """
     value = {"conn_type": "ignite", "host": conn.addresses_str, "login": "ignite", "password": SECRET}
     return {"AIRFLOW_CONN_IGNITE_DEFAULT": json.dumps(value)}
+
+
+def xcoms(dag_id: str, run_id: str) -> dict[tuple[str, int, str], object]:
+    """Every XCom of a DAG run in the metadata DB: ``{(task_id, map_index, key): value}``."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id).all()
+        return {(r.task_id, r.map_index, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
 class TaskContext(dict):

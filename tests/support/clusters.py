@@ -1,4 +1,4 @@
-"""Helpers for cluster tests: find what a cluster left running (processes, listening ports)."""
+"""Helpers for cluster tests: find what a cluster left running (processes, listening ports, Kubernetes objects)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 
 from ignite_tf.ports import listening
+from tests.support.polling import wait_for
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 PORTJOB = [sys.executable, str(JOBS / "portjob.py")]
@@ -39,9 +40,18 @@ def spec_ports(run_dir: str | Path) -> list[int]:
     return [t["port"] for t in spec["tasks"]]
 
 
-def assert_nothing_left(cluster_id: str, run_dir: str | Path, timeout: float = 15.0) -> None:
-    """No process of the cluster and no listening port of its tasks remains (waits up to ``timeout``)."""
-    deadline = time.monotonic() + timeout
+def assert_nothing_left(cluster_id: str, run_dir: str | Path | None = None, *, k8s: tuple | None = None,
+                        timeout: float | None = None) -> None:
+    """Nothing of the cluster remains (waits up to ``timeout``): no process and no listening port of its tasks
+    (15 s), or for a cluster on Kubernetes (``k8s=(core_v1_api, namespace)``) no object of it (90 s)."""
+    if k8s is not None:
+        from ignite_tf.cluster.k8s import objects
+
+        core, ns = k8s
+        wait_for(lambda: not objects.leftovers(core, ns, cluster_id), timeout or 90,
+                 f"every object of {cluster_id} to be deleted", poll=0.5)
+        return
+    deadline = time.monotonic() + (timeout or 15.0)
     while True:
         procs = cluster_processes(cluster_id, run_dir)
         ports = [p for p in spec_ports(run_dir) if listening(p)]
@@ -51,13 +61,3 @@ def assert_nothing_left(cluster_id: str, run_dir: str | Path, timeout: float = 1
             desc = [(p.pid, " ".join(p.cmdline())[:120]) for p in procs if p.is_running()]
             raise AssertionError(f"cluster {cluster_id} left processes {desc} and listening ports {ports}")
         time.sleep(0.2)
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition", poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

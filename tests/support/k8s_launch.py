@@ -1,4 +1,4 @@
-"""Helpers for tests of the Kubernetes launcher on the local Kubernetes (fixtures in tests/k8sutil.py)."""
+"""Helpers for tests of the Kubernetes launcher on the local Kubernetes (fixtures in tests/support/k8s.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ignite_tf_dev.k8s import cluster as local_k8s
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects
-from tests.support.k8s import wait_for
+from tests.support.polling import wait_for
 
 SIMULATED_IMAGE = "simulated/never-pulled:1"
 ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}
@@ -73,8 +73,3 @@ def wait_final(launcher, cluster_id, timeout=180):
         return state if state.status.final and not alive else None
 
     return wait_for(done, timeout, f"cluster {cluster_id} to end", poll=0.5)
-
-
-def assert_nothing_left(core, ns, cluster_id, timeout=90):
-    wait_for(lambda: not objects.leftovers(core, ns, cluster_id), timeout,
-             f"every object of {cluster_id} to be deleted", poll=0.5)

@@ -7,8 +7,9 @@ from contextlib import contextmanager
 from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
 
 
-def sql(client, query: str) -> list[list]:
-    with client.sql(query) as cursor:
+def sql(client, query: str, args: list | None = None) -> list[list]:
+    """The rows of ``query`` (with ``args`` for its ``?`` parameters) as lists."""
+    with client.sql(query, query_args=args) as cursor:
         return [list(r) for r in cursor]
 
 

@@ -16,7 +16,7 @@ import ignite_tf.data  # noqa: E402
 
 
 def mnist_dataset(batch_size):
-    return ignite_tf.data.dataset(batch_size, label="label", stack=True).repeat()
+    return ignite_tf.data.dataset(batch_size, label_column="label", stack=True).repeat()
 
 
 def build_and_compile_cnn_model():

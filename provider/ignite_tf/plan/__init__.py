@@ -1,1 +1,1 @@
-"""Planning: which Ignite node holds which partition, the shard plan over workers, the read tasks."""
+"""Planning: which Ignite node holds which partition, and the shard plan that deals read tasks to workers."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
-from ignite_tf.plan.tasks import HASH_SPACE, ReadTask
+from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
 
 __all__ = ["HASH_SPACE", "ReadTask", "Reshuffle", "ShardPlan", "WorkerShard", "next_to_nodes"]
 
@@ -331,7 +331,7 @@ def _read_key_hashes(conn, partition_map: PartitionMap) -> dict[int, dict]:
     Up to MAX_CUT_POINTS samples are kept per partition: exact cuts for small partitions, and for big ones
     cuts within rows/MAX_CUT_POINTS of the ideal, which keeps shares within 1% for up to 40 workers.
     """
-    from ignite_tf.reader.partition import PartitionReader, key_hash
+    from ignite_tf.reader.partition import PartitionReader
 
     out: dict[int, dict] = {}
     with PartitionReader(conn, partition_map.cache, batch_size=65536) as reader:

@@ -1,87 +1,15 @@
-"""Units of reading: ``ReadTask`` (a partition, or a key-hash slice of one) and the key hash that slices it.
+"""Deprecated: read tasks are :mod:`ignite_tf.reader.tasks` (``from ignite_tf.reader.tasks import ReadTask``).
 
-A ShardPlan deals ReadTasks to workers (with the rows it planned for each); readers read them.
+This alias keeps imports of ``ignite_tf.plan.tasks`` working for one more release; importing it warns.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+import warnings
 
-import numpy as np
+from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
 
-from ignite_tf.errors import ConfigError
+__all__ = ["HASH_SPACE", "ReadTask", "key_hash"]
 
-HASH_SPACE = 2**64
-
-
-@dataclass(frozen=True)
-class ReadTask:
-    """One unit of reading: the rows of ``partition`` whose ``key_hash`` lies in ``[hash_lo, hash_hi)``.
-
-    :param partition: partition number.
-    :param hash_lo: lowest key hash kept (inclusive), in the uint64 space of :func:`key_hash`.
-    :param hash_hi: first key hash not kept; the default ``2**64`` keeps the whole partition.
-    :param rows: the rows a ShardPlan counted in it when planning (0: not counted); not part of what is read,
-        so two tasks over the same rows are equal whatever they planned.
-    """
-
-    partition: int
-    hash_lo: int = 0
-    hash_hi: int = HASH_SPACE
-    rows: int = field(default=0, compare=False)
-
-    def __post_init__(self):
-        if isinstance(self.partition, np.integer):  # keep the task JSON-able
-            object.__setattr__(self, "partition", int(self.partition))
-        object.__setattr__(self, "rows", int(self.rows))
-        if not isinstance(self.partition, int) or isinstance(self.partition, bool) or self.partition < 0:
-            raise ConfigError(f"ReadTask.partition must be a partition number >= 0 (got {self.partition!r})")
-        if not 0 <= self.hash_lo < self.hash_hi <= HASH_SPACE:
-            raise ConfigError(f"ReadTask of partition {self.partition}: need 0 <= hash_lo < hash_hi <= 2**64 "
-                              f"(got [{self.hash_lo}, {self.hash_hi}))")
-
-    @property
-    def whole(self) -> bool:
-        return self.hash_lo == 0 and self.hash_hi == HASH_SPACE
-
-    def split(self, parts: int) -> list[ReadTask]:
-        """``parts`` disjoint tasks whose union is this one (equal slices of the hash range)."""
-        if parts < 1:
-            raise ConfigError(f"ReadTask.split: parts must be >= 1 (got {parts})")
-        step = (self.hash_hi - self.hash_lo) / parts
-        bounds = [self.hash_lo + round(step * i) for i in range(parts)] + [self.hash_hi]
-        return [ReadTask(self.partition, lo, hi) for lo, hi in itertools.pairwise(bounds) if lo < hi]
-
-    def to_dict(self) -> dict:
-        out = {"partition": self.partition, "hash_lo": self.hash_lo, "hash_hi": self.hash_hi}
-        return {**out, "rows": self.rows} if self.rows else out
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ReadTask:
-        return cls(int(data["partition"]), int(data.get("hash_lo", 0)), int(data.get("hash_hi", HASH_SPACE)),
-                   int(data.get("rows", 0)))
-
-    @classmethod
-    def coerce(cls, task: ReadTask | int | dict) -> ReadTask:
-        if isinstance(task, ReadTask):
-            return task
-        return cls.from_dict(task) if isinstance(task, dict) else cls(int(task))
-
-
-_GAMMA, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def key_hash(keys: np.ndarray) -> np.ndarray:
-    """splitmix64 of int64 keys, as uint64: ``z = k + 0x9E3779B97F4A7C15; z = (z ^ z>>30) * 0xBF58476D1CE4E5B9;
-    z = (z ^ z>>27) * 0x94D049BB133111EB; z ^ z>>31`` (all mod 2**64; Steele, Lea & Flood 2014).
-
-    Stable across processes, platforms and versions, so a shard plan computed once splits the same way
-    on every worker.
-
-    :param keys: integer keys (any integer dtype; taken as int64).
-    """
-    z = np.asarray(keys).astype(np.int64).view(np.uint64) + _GAMMA
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+warnings.warn("ignite_tf.plan.tasks is deprecated: import ReadTask, HASH_SPACE and key_hash from "
+              "ignite_tf.reader.tasks", DeprecationWarning, stacklevel=2)

@@ -39,11 +39,11 @@ from pyignite.utils import cache_id as _cache_id
 
 from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, ConfigError, IgniteUnavailableError
-from ignite_tf.plan.tasks import HASH_SPACE, ReadTask, key_hash
 from ignite_tf.reader import binary as wire
 from ignite_tf.reader import layout as _layout
 from ignite_tf.reader.binary import STACKED
 from ignite_tf.reader.scan import NodeFailed, NodeScans, scan_request
+from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
 
 _MASK = "?"  # prefix of a column's NULL mask inside the reader's page chunks
 MAX_SCANS_AHEAD = 64  # scans in flight at most, when small partitions are read ahead

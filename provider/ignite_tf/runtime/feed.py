@@ -106,7 +106,7 @@ def sync_dataset(*, plan, batch_size: int, label: str, features: list[str] | Non
         return ds.skip(tf.cast(tf.equal(epoch, start_epoch), tf.int64) * start_step)
 
     # One dataset for all the epochs, built once; an epoch's reader opens when the previous epoch ends.
-    ds = itd.epochs_dataset(batch_size, range(start_epoch, epochs), each=each, label=label, features=features,
+    ds = itd.epochs_dataset(batch_size, range(start_epoch, epochs), each=each, label_column=label, features=features,
                             stack=True, plan=plan, conn=conn, shuffle_buffer=shuffle_buffer, prefetch=False,
                             input_context=input_context)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -202,7 +202,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     finally:
         pool.shutdown(wait=False)  # the classes may still be counted: _model waits for them if it needs them
     if ahead == "after-import":  # read while the strategy starts, the model is built and its step traced
-        itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
+        itd.read_ahead(batch_size, 0, label_column=label_name, features=names, stack=True, plan=plan,
                        shuffle_buffer=shuffle_buffer)
     timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
@@ -287,7 +287,7 @@ def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] 
 
     names, label_name, label_dtype = columns(plan, label_column, features)
     if read_ahead:
-        itd.read_ahead(batch_size, 0, label=label_name, features=names, stack=True, plan=plan,
+        itd.read_ahead(batch_size, 0, label_column=label_name, features=names, stack=True, plan=plan,
                        shuffle_buffer=shuffle_buffer, process=read_ahead is True)
     return names, label_name, label_dtype
 

@@ -9,7 +9,8 @@
 A shard's rows (read with the partition reader, optionally sampled) are validated in one ephemeral GX
 context (pandas datasource, whole-dataframe batch) built once per process; each suite becomes GX
 validation definitions once and is reused for every shard. Merging, the gate and the reports live in
-:mod:`ignite_tf.validation.results`, suite files in :mod:`ignite_tf.validation.suite`; both are re-exported.
+:mod:`ignite_tf.validation.results`, suites in :mod:`ignite_tf.validation.suite` (their file format in
+:mod:`ignite_tf.validation.parse`); both are re-exported.
 
 Speed: expectations about the schema (column types, the column set) look only at names and dtypes, so GX
 gets them in a batch of zero rows with the shard's columns; the others get a batch of the columns they name.

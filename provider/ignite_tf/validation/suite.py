@@ -1,51 +1,152 @@
-"""Validation suites: the YAML/JSON file next to a DAG -> :class:`Suite`, a list of GX expectations.
+"""A validation suite: a :class:`Suite` of :class:`ColumnRules` and :class:`ExpectationSpec` entries.
 
-A friendly shorthand for the common rules, plus any Great Expectations expectation by its name::
-
-    name: tabular
-    sample_fraction: 1.0          # < 1 validates a random sample of each shard (reported as sampled)
-    row_count: {min: 1000, max: 10000000}     # on the whole cache (sum over shards)
-    unique: [id]                  # unique across the whole cache
-    columns:
-      f0: {type: float32, not_null: true, between: [-10, 10], mostly: 0.99}
-      f1: {type: float64, allow_nan: true}    # NaN accepted (a float column rejects NaN by default)
-      label: {type: int32, in_set: [0, 1, 2]}
-    expectations:                 # any GX expectation by its snake_case name with its kwargs
-      - expect_column_mean_to_be_between: {column: f0, min_value: -1, max_value: 1}
-
-A column typed ``float32``/``float64`` (or a list of only those) fails on NaN unless it says ``allow_nan: true``:
-``between`` and ``in_set`` skip NaN, so without this check a NaN would reach training unnoticed. SQL NULL in
-a float column is read as NaN, so it fails the same way (``not_null`` also rejects NaN). The failure says
-NaN and gives the count and the keys of the first rows.
-
-Errors name the file, the line and the key, and say what is allowed. Column names are case-insensitive
-(Ignite folds unquoted SQL names to upper case; ignite-tf reads them in lower case), so they are lowered.
-Great Expectations is imported only to check raw ``expectations:`` entries, never at module import.
-This module reads and checks suite files; the parsed form (:class:`Suite` and its parts) is in
-:mod:`ignite_tf.validation.spec`, importable from here.
+``load_suite`` reads one from a file and ``coerce_suite`` from a file, a dict or a Suite; ``Suite.specs()``
+expands the shorthand column rules into GX expectations. The file format and its checks (with the messages
+that name the file, line and key) are :mod:`ignite_tf.validation.parse`.
 """
 
 from __future__ import annotations
 
-import difflib
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from ignite_tf.errors import ConfigError
-from ignite_tf.validation.spec import (
-    COLUMN_KWARGS,
-    TYPE_LIST_NAMES,
-    TYPES,
-    ColumnRules,
-    ExpectationSpec,
-    Suite,
-)
+from ignite_tf.typecodes import COLUMN_TABLE, STRING
+from ignite_tf.validation.parse import COLUMN_KWARGS, TYPES, is_float_type, parse_suite, read_suite_file
 
-TOP_KEYS = ("name", "description", "sample_fraction", "seed", "row_count", "unique", "columns", "expectations")
-RULES = ("type", "not_null", "between", "in_set", "mostly", "allow_nan")
-# Kwargs ignite-tf sets itself (result format, batch) or that would hide errors.
-RESERVED_KWARGS = ("id", "batch_id", "result_format", "catch_exceptions", "rendered_content", "windows")
+# A type list becomes expect_column_values_to_be_in_type_list, which compares dtype objects: list both the
+# NumPy dtype and the pandas nullable one (a column with NULLs), as GX accepts either name. GX compares
+# pandas' string dtype only by name, so a type list holds no string.
+TYPE_LIST_NAMES = {t.name: list(t.pandas) for t in COLUMN_TABLE if t.code != STRING}
+NOT_NULL = "expect_column_values_to_not_be_null"
+
+
+@dataclass(frozen=True)
+class ExpectationSpec:
+    """One GX expectation: its snake_case ``type``, JSON-able ``kwargs``, and where it was written."""
+
+    type: str
+    kwargs: dict[str, Any]
+    where: str = ""
+    nan: bool = False
+    """Rejects NaN in a float column (GX's null check counts NaN as null): failures are reported as NaN."""
+
+    @property
+    def column(self) -> str | None:
+        col = self.kwargs.get("column") or self.kwargs.get("column_A")
+        return str(col) if col is not None else None
+
+    @property
+    def columns(self) -> list[str]:
+        out: list[str] = []
+        for k in COLUMN_KWARGS:
+            v = self.kwargs.get(k)
+            out.extend([v] if isinstance(v, str) else list(v or []))
+        return out
+
+    @property
+    def whole_table(self) -> bool:
+        """Needs every column of the table (``expect_table_columns_to_match_set`` must see the extra ones)."""
+        return self.type.startswith("expect_table_") or not self.columns
+
+    @property
+    def label(self) -> str:
+        return f"{self.type}({self.column})" if self.column else self.type
+
+    @property
+    def mostly(self) -> float:
+        return float(self.kwargs.get("mostly", 1.0))
+
+
+@dataclass
+class ColumnRules:
+    """Shorthand rules of one column; see :mod:`ignite_tf.validation.parse`."""
+
+    type: str | list[str] | None = None
+    not_null: bool = False
+    between: list | None = None
+    in_set: list | None = None
+    mostly: float | None = None
+    allow_nan: bool = False
+
+    @property
+    def is_float(self) -> bool:
+        """Typed as a float column (every type of a type list a float type)."""
+        return is_float_type(self.type)
+
+
+@dataclass
+class Suite:
+    """A parsed validation suite.
+
+    :param name: suite name (the Data Docs page title); default the file's stem.
+    :param columns: column -> shorthand rules.
+    :param expectations: raw GX expectations, in file order.
+    :param row_count: ``(min, max)`` on the number of rows of the whole cache; either may be None.
+    :param unique: columns whose values must be unique across the whole cache.
+    :param sample_fraction: fraction of each shard's rows validated (1.0: all).
+    :param seed: with the shard index, seeds the sample.
+    :param source: the file it came from (for messages).
+    """
+
+    name: str
+    columns: dict[str, ColumnRules] = field(default_factory=dict)
+    expectations: list[ExpectationSpec] = field(default_factory=list)
+    row_count: tuple[int | None, int | None] | None = None
+    unique: list[str] = field(default_factory=list)
+    sample_fraction: float = 1.0
+    seed: int = 0
+    description: str = ""
+    source: str = "<dict>"
+
+    def specs(self) -> list[ExpectationSpec]:
+        """Every per-shard GX expectation: the shorthand expanded, then ``unique``, then the raw ones."""
+        out = []
+        for col, r in self.columns.items():
+            where = f"columns.{col}"
+            mostly = {"mostly": r.mostly} if r.mostly is not None else {}
+            if isinstance(r.type, list):
+                names = [n for t in r.type for n in TYPE_LIST_NAMES[t]]
+                out.append(ExpectationSpec("expect_column_values_to_be_in_type_list",
+                                           {"column": col, "type_list": names}, where + ".type"))
+            elif r.type is not None:
+                out.append(ExpectationSpec("expect_column_values_to_be_of_type",
+                                           {"column": col, "type_": TYPES[r.type]}, where + ".type"))
+            # A float column takes no NaN unless allow_nan says so; a strict not_null already checks that.
+            no_nan = r.is_float and not r.allow_nan
+            strict_not_null = r.not_null and (r.mostly is None or r.mostly >= 1)
+            if no_nan and not strict_not_null:
+                out.append(ExpectationSpec(NOT_NULL, {"column": col}, where + ".type", nan=True))
+            if r.not_null:
+                out.append(ExpectationSpec(NOT_NULL, {"column": col, **mostly}, where + ".not_null", nan=no_nan))
+            if r.between is not None:
+                out.append(ExpectationSpec("expect_column_values_to_be_between",
+                                           {"column": col, "min_value": r.between[0], "max_value": r.between[1],
+                                            **mostly}, where + ".between"))
+            if r.in_set is not None:
+                out.append(ExpectationSpec("expect_column_values_to_be_in_set",
+                                           {"column": col, "value_set": list(r.in_set), **mostly}, where + ".in_set"))
+        out += [ExpectationSpec("expect_column_values_to_be_unique", {"column": c}, "unique") for c in self.unique]
+        return out + list(self.expectations)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The suite in its file form (round-trips through ``coerce_suite``)."""
+        data: dict[str, Any] = {"name": self.name, "sample_fraction": self.sample_fraction, "seed": self.seed}
+        if self.description:
+            data["description"] = self.description
+        if self.row_count:
+            data["row_count"] = {k: v for k, v in zip(("min", "max"), self.row_count, strict=True) if v is not None}
+        if self.unique:
+            data["unique"] = list(self.unique)
+        data["columns"] = {c: {k: v for k, v in asdict(r).items() if v is not None and v is not False}
+                           for c, r in self.columns.items()}
+        data["expectations"] = [{e.type: dict(e.kwargs)} for e in self.expectations]
+        return data
+
+    def fingerprint(self) -> str:
+        return json.dumps([self.name, [(s.type, s.kwargs) for s in self.specs()]], sort_keys=True, default=str)
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -54,25 +155,7 @@ def load_suite(path: str | Path) -> Suite:
     :param path: the suite file.
     :raises ConfigError: unreadable or malformed, naming the file, line and key.
     """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"validation suite {path}: cannot be read ({exc.strerror}); give the path of a "
-                          f".yaml or .json suite file") from None
-    loader = _LineLoader(text)  # JSON is YAML, so both keep their line numbers
-    loader.name = str(path)
-    try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML/JSON ({getattr(exc, 'problem', None) or exc})") from None
-    finally:
-        loader.dispose()
-    if data is None:
-        data = _Map()
-    return SuiteParser(str(path), default_name=path.stem).suite(data)
+    return _suite(read_suite_file(path))
 
 
 def coerce_suite(suite: Suite | dict | str | Path) -> Suite:
@@ -80,270 +163,16 @@ def coerce_suite(suite: Suite | dict | str | Path) -> Suite:
     if isinstance(suite, Suite):
         return suite
     if isinstance(suite, dict):
-        return SuiteParser("<dict>").suite(suite)
+        return _suite(parse_suite(suite))
     if isinstance(suite, (str, Path)):
         return load_suite(suite)
     raise ConfigError(f"suite must be a Suite, a dict or a suite file path (got {type(suite).__name__})")
 
 
-# -- YAML with line numbers -------------------------------------------------------------------------------
-class _Map(dict):
-    """A mapping that remembers its own line and the line of each key (1-based)."""
-
-    line: int | None = None
-    lines: dict
+def _suite(checked: dict) -> Suite:
+    """The Suite of ``parse_suite``'s checked values."""
+    return Suite(**{**checked, "columns": {c: ColumnRules(**r) for c, r in checked["columns"].items()},
+                    "expectations": [ExpectationSpec(**e) for e in checked["expectations"]]})
 
 
-class _Seq(list):
-    line: int | None = None
-    lines: list
-
-
-class _LineLoader(yaml.SafeLoader):
-    def construct_mapping(self, node, deep=False):
-        out = _Map()
-        out.line, out.lines = node.start_mark.line + 1, {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in out:
-                raise ConfigError(f"{self.name}:{key_node.start_mark.line + 1}: key {key!r} appears twice "
-                                  f"(first on line {out.lines[key]}); keep one")
-            out[key] = self.construct_object(value_node, deep=True)
-            out.lines[key] = key_node.start_mark.line + 1
-        return out
-
-    def construct_sequence(self, node, deep=False):
-        out = _Seq(self.construct_object(child, deep=True) for child in node.value)
-        out.line, out.lines = node.start_mark.line + 1, [c.start_mark.line + 1 for c in node.value]
-        return out
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _LineLoader.construct_sequence)
-
-
-def _line(container, key=None) -> int | None:
-    lines = getattr(container, "lines", None)
-    if key is not None and lines is not None:
-        try:
-            return lines[key]
-        except (KeyError, IndexError, TypeError):
-            pass
-    return getattr(container, "line", None)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _plain(value):
-    """Loader containers -> plain dicts/lists (GX and JSON want the builtin types)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-class SuiteParser:
-    def __init__(self, source: str, default_name: str = "suite"):
-        self.source, self.default_name = source, default_name
-
-    def fail(self, container, key, where: str, what: str):
-        line = _line(container, key)
-        raise ConfigError(f"{self.source}{f':{line}' if line else ''}: {where}: {what}")
-
-    def suite(self, data) -> Suite:
-        if not isinstance(data, dict):
-            self.fail(data, None, "top level", f"must be a mapping of {', '.join(TOP_KEYS)} "
-                                               f"(got {type(data).__name__})")
-        for key in data:
-            if key not in TOP_KEYS:
-                self.fail(data, key, str(key), f"unknown top-level key{_close(key, TOP_KEYS)}; allowed: "
-                                               f"{', '.join(TOP_KEYS)}")
-        name = data.get("name", self.default_name)
-        if not isinstance(name, str) or not name.strip():
-            self.fail(data, "name", "name", f"must be a non-empty string (got {name!r})")
-        suite = Suite(name=name.strip(), source=self.source, description=str(data.get("description") or ""))
-        if "sample_fraction" in data:
-            v = data["sample_fraction"]
-            if not _is_number(v) or not 0 < v <= 1:
-                self.fail(data, "sample_fraction", "sample_fraction", f"must be a number in (0, 1] (got {v!r})")
-            suite.sample_fraction = float(v)
-        if "seed" in data:
-            if not isinstance(data["seed"], int) or isinstance(data["seed"], bool):
-                self.fail(data, "seed", "seed", f"must be an integer (got {data['seed']!r})")
-            suite.seed = data["seed"]
-        if data.get("row_count") is not None:
-            suite.row_count = self.row_count(data, data["row_count"])
-        if data.get("unique") is not None:
-            suite.unique = self.unique(data, data["unique"])
-        columns = data.get("columns") or {}
-        if not isinstance(columns, dict):
-            self.fail(data, "columns", "columns", "must be a mapping of column name -> rules")
-        for col, rules in columns.items():
-            if not isinstance(col, str) or not col:
-                self.fail(columns, col, f"columns.{col}", "column names must be non-empty strings")
-            if col.lower() in suite.columns:
-                self.fail(columns, col, f"columns.{col}", "column listed twice (names are case-insensitive)")
-            suite.columns[col.lower()] = self.column_rules(columns, col, rules)
-        raw = data.get("expectations") or []
-        if not isinstance(raw, list):
-            self.fail(data, "expectations", "expectations", "must be a list of {expectation_name: {kwargs}}")
-        suite.expectations = [self.expectation(raw, i, item) for i, item in enumerate(raw)]
-        return suite
-
-    def row_count(self, data, rc) -> tuple[int | None, int | None]:
-        where = "row_count"
-        if not isinstance(rc, dict) or not rc:
-            self.fail(data, "row_count", where, f"must be a mapping with min and/or max (got {rc!r})")
-        for k, v in rc.items():
-            if k not in ("min", "max"):
-                self.fail(rc, k, f"{where}.{k}", "unknown key; allowed: min, max")
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-                self.fail(rc, k, f"{where}.{k}", f"must be a non-negative integer (got {v!r})")
-        lo, hi = rc.get("min"), rc.get("max")
-        if lo is not None and hi is not None and lo > hi:
-            self.fail(data, "row_count", where, f"min {lo} is greater than max {hi}")
-        return lo, hi
-
-    def unique(self, data, value) -> list[str]:
-        cols = [value] if isinstance(value, str) else value
-        if not isinstance(cols, list) or not all(isinstance(c, str) and c for c in cols):
-            self.fail(data, "unique", "unique", f"must be a column name or a list of them (got {value!r})")
-        return list(dict.fromkeys(c.lower() for c in cols))
-
-    def column_rules(self, columns, col: str, rules) -> ColumnRules:
-        where = f"columns.{col}"
-        if rules is None:
-            return ColumnRules()
-        if not isinstance(rules, dict):
-            self.fail(columns, col, where, f"must be a mapping of rules ({', '.join(RULES)}), got {rules!r}")
-        out = ColumnRules()
-        for key, v in rules.items():
-            at = f"{where}.{key}"
-            if key not in RULES:
-                self.fail(rules, key, at, f"unknown column rule{_close(key, RULES)}; allowed: {', '.join(RULES)}")
-            if key == "type":
-                names = v if isinstance(v, list) else [v]
-                bad = [t for t in names if t not in TYPES]
-                if not names or bad:
-                    self.fail(rules, key, at, f"unknown type {bad[0] if bad else v!r}; allowed: {', '.join(TYPES)} "
-                                              f"(or a list of them)")
-                if isinstance(v, list) and "string" in v:
-                    self.fail(rules, key, at, "a type list cannot hold 'string' (GX compares pandas' string "
-                                              "dtype only by name): use type: string alone")
-                out.type = list(v) if isinstance(v, list) else v
-            elif key in ("not_null", "allow_nan"):
-                if not isinstance(v, bool):
-                    self.fail(rules, key, at, f"must be true or false (got {v!r})")
-                setattr(out, key, v)
-            elif key == "between":
-                ok = isinstance(v, list) and len(v) == 2 and all(x is None or _is_number(x) for x in v)
-                if not ok or v[0] is None and v[1] is None:
-                    self.fail(rules, key, at, f"must be [min, max] of numbers, one of them may be null (got {v!r})")
-                if v[0] is not None and v[1] is not None and v[0] > v[1]:
-                    self.fail(rules, key, at, f"min {v[0]} is greater than max {v[1]}")
-                out.between = list(v)
-            elif key == "in_set":
-                if not isinstance(v, list) or not v or any(isinstance(x, (dict, list)) for x in v):
-                    self.fail(rules, key, at, f"must be a non-empty list of values (got {v!r})")
-                out.in_set = _plain(v)
-            elif key == "mostly":
-                self.check_mostly(rules, key, at, v)
-                out.mostly = float(v)
-        if out.mostly is not None and not (out.not_null or out.between is not None or out.in_set is not None):
-            self.fail(rules, "mostly", f"{where}.mostly", "applies to not_null, between and in_set, and this "
-                                                          "column has none of them")
-        if out.allow_nan and not out.is_float:
-            self.fail(rules, "allow_nan", f"{where}.allow_nan", f"applies to a column typed float32 or float64, "
-                                                                f"and this column's type is {out.type!r}")
-        return out
-
-    def check_mostly(self, container, key, at: str, v) -> None:
-        if not _is_number(v) or not 0 < v <= 1:
-            self.fail(container, key, at, f"mostly must be a number in (0, 1] (the fraction of rows that must "
-                                          f"pass; got {v!r})")
-
-    def expectation(self, raw, i: int, item) -> ExpectationSpec:
-        where = f"expectations[{i}]"
-        if not isinstance(item, dict) or len(item) != 1:
-            self.fail(raw, i, where, f"must be one mapping {{expectation_name: {{kwargs}}}} (got {_plain(item)!r})")
-        (name, kwargs), = item.items()
-        where = f"{where}.{name}"
-        if kwargs is None:
-            kwargs = _Map()
-        if not isinstance(kwargs, dict):
-            self.fail(item, name, where, f"kwargs must be a mapping (got {kwargs!r})")
-        impl = self.gx_expectation(item, name, where)
-        kwargs = {str(k): v for k, v in kwargs.items()}
-        for k, v in kwargs.items():
-            if k in RESERVED_KWARGS:
-                self.fail(_kwargs_src(item, name), k, f"{where}.{k}", "is set by ignite-tf; leave it out")
-            if k == "mostly":
-                self.check_mostly(_kwargs_src(item, name), k, f"{where}.{k}", v)
-        for k in COLUMN_KWARGS:
-            v = kwargs.get(k)
-            if isinstance(v, str):
-                kwargs[k] = v.lower()
-            elif isinstance(v, list) and all(isinstance(c, str) for c in v):
-                kwargs[k] = [c.lower() for c in v]
-        plain = _plain(kwargs)
-        self.check_kwargs(impl, item, name, where, plain)
-        return ExpectationSpec(name, plain, where)
-
-    def gx_expectation(self, item, name, where: str):
-        from great_expectations.exceptions import ExpectationNotFoundError
-        from great_expectations.expectations.registry import (
-            get_expectation_impl,
-            list_registered_expectation_implementations,
-        )
-
-        try:
-            return get_expectation_impl(str(name))
-        except ExpectationNotFoundError:
-            known = sorted(list_registered_expectation_implementations())
-            close = difflib.get_close_matches(str(name), known, n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known[:8])}, ..."
-            self.fail(item, name, where, f"unknown Great Expectations expectation; {hint} (all {len(known)} "
-                                         f"names: great_expectations.expectations.registry)")
-
-    def check_kwargs(self, impl, item, name, where: str, kwargs: dict) -> None:
-        """Let the expectation's own pydantic model check names and types of the kwargs."""
-        from great_expectations.compatibility.pydantic import error_wrappers
-
-        errors: list[dict] = []
-        try:
-            impl(**kwargs)
-        except error_wrappers.ValidationError as exc:
-            errors = exc.errors()
-        except (TypeError, ValueError) as exc:
-            errors = [{"loc": ("__root__",), "msg": str(exc)}]
-        if not errors:
-            return
-        src = _kwargs_src(item, name)
-        err = errors[0]
-        field_name = str(err["loc"][0]) if err.get("loc") else "__root__"
-        if err.get("type") == "value_error.extra":
-            allowed = [f for f in impl.__fields__ if f not in RESERVED_KWARGS and f != "rendered_content"]
-            self.fail(src, field_name, f"{where}.{field_name}",
-                      f"not a kwarg of {name}{_close(field_name, allowed)}; allowed: {', '.join(allowed)}")
-        if field_name == "__root__":
-            self.fail(item, name, where, err["msg"])
-        if field_name not in kwargs:
-            self.fail(item, name, where, f"required kwarg {field_name} is missing")
-        # pydantic lists one message per member of a Union type; the first is the one for plain values.
-        self.fail(src, field_name, f"{where}.{field_name}", f"{kwargs[field_name]!r}: {err['msg']}")
-
-
-def _kwargs_src(item, name):
-    return item[name] if isinstance(item.get(name), dict) else item
-
-
-def _close(word, choices) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-__all__ = ["Suite", "ColumnRules", "ExpectationSpec", "load_suite", "coerce_suite", "TYPES",
-           "TYPE_LIST_NAMES"]
+__all__ = ["Suite", "ColumnRules", "ExpectationSpec", "load_suite", "coerce_suite", "TYPES", "TYPE_LIST_NAMES"]

@@ -17,15 +17,11 @@ from ignite_tf.etl import loader as etl
 from ignite_tf.inference import postprocess, predict_shard
 from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError
+from tests.support.sql import sql
 
 pytestmark = pytest.mark.integration
 FEATURES = demo_data.feature_columns()
 HALVES = [list(range(0, 512)), list(range(512, 1024))]
-
-
-def sql(client, query: str) -> list[list]:
-    with client.sql(query) as cursor:
-        return [list(r) for r in cursor]
 
 
 @pytest.fixture(scope="module")
