@@ -270,7 +270,8 @@ class LocalIgniteCluster:
         return self.nodes
 
     def add_node(self, timeout: float = 120) -> Node:
-        """Start one more server node and wait until it has joined (not with ``auth``: see the README)."""
+        """Start one more server node and wait until it has joined (not with ``auth``: see
+        docs/development/local-ignite.md)."""
         if self.auth:
             raise ConfigError("a persisted (auth) local cluster has a fixed baseline: start it with all its nodes")
         index = max((x.index for x in self.nodes), default=-1) + 1
