@@ -380,11 +380,11 @@ def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
 
 # -- helpers ---------------------------------------------------------------------------------------------
 def _reported(stream: Iterator[dict], epoch: int) -> Iterator[dict]:
-    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.runtime.progress``)."""
-    from ignite_tf.runtime import progress
+    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.contract``)."""
+    from ignite_tf import contract
 
     for n, block in enumerate(stream, 1):
-        progress.report(f"epoch {epoch + 1}: read block {n}")
+        contract.report(f"epoch {epoch + 1}: read block {n}")
         yield block
 
 
