@@ -12,7 +12,7 @@ import psutil
 
 from tests.support.sql import listening
 
-JOBS = Path(__file__).parent / "jobs"
+JOBS = Path(__file__).parents[1] / "jobs"
 PORTJOB = [sys.executable, str(JOBS / "portjob.py")]
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from ignite_tf.contract import Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, DEFAULT_POLL_INTERVAL
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink
@@ -66,7 +67,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
-                 job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
+                 job_dir: str | None = None, plan: Any = None, mode: str = Mode.SYNC.value, workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
                  learning_rate: float | str | None = None, label_column: str = DEFAULT_LABEL_COLUMN,
                  model_args: dict[str, Any] | str | None = None, max_restarts: int | str | None = None,
@@ -126,7 +127,6 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.cluster.api import make_launcher, start_cluster
-        from ignite_tf.contract import Mode
         from ignite_tf.plan.shards import ShardPlan
 
         launcher = make_launcher(self.conn, kind=self.launcher,

@@ -340,7 +340,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("command") else None)
         lr = t.get("learning_rate")
         return TrainingConfig(
-            mode=Mode(t.get("mode", "sync")), workers=t.get("workers", 2), ps=t.get("ps", 1),
+            mode=Mode(t.get("mode", Mode.SYNC)), workers=t.get("workers", 2), ps=t.get("ps", 1),
             launcher=LauncherKind(t.get("launcher", LauncherKind.LOCAL.value)), entry_point=t.get("entry_point"),
             command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
             epochs=t.get("epochs", DEFAULT_EPOCHS),
