@@ -6,8 +6,8 @@ parsers, a parsed spec), not copied here, so a place that drifts fails this test
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
+import json
 import warnings
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ignite_tf import defaults
-from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY
+from ignite_tf.cluster.supervision import Supervision
 from ignite_tf.home import ENV_HOME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,32 +58,102 @@ def runtime_defaults():
 
 # -- defaults -----------------------------------------------------------------------------------------------
 
-def test_max_restarts_startup_deadline_restart_policy_and_watchdog_agree_everywhere(tmp_path):
-    from ignite_tf.cluster.api import start_cluster
-    from ignite_tf.cluster.spec import ClusterSpec, build_spec
-    from ignite_tf.operators.tensorflow import TFClusterOperator
-    from ignite_tf.pipeline.spec import TrainingConfig, parse_spec
+class Captured(Exception):
+    """Raised by ``CapturingLauncher`` with the spec ``start_cluster`` would launch."""
 
-    parsed = parse_spec(minimal_spec(tmp_path)).training
-    cli = cli_start_defaults()
-    spec_fields = {f.name: f.default for f in dataclasses.fields(ClusterSpec)}
-    yaml_fields = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
-    for name, value, cli_value in [
-        ("max_restarts", defaults.DEFAULT_MAX_RESTARTS, cli.max_restarts),
-        ("startup_deadline_s", defaults.DEFAULT_STARTUP_DEADLINE_S, cli.startup_deadline),
-        ("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S, cli.progress_timeout),
-    ]:
-        found = {"schema": schema_default("training", name), "parsed spec": getattr(parsed, name),
-                 "TrainingConfig": yaml_fields[name], "CLI": cli_value,
-                 "start_cluster": default_of(start_cluster, name), "build_spec": default_of(build_spec, name),
-                 "ClusterSpec": spec_fields[name]}
-        if name != "progress_timeout_s":  # the operator's None means "the core's default"
-            found["TFClusterOperator"] = default_of(TFClusterOperator.__init__, name)
-        assert {k: v for k, v in found.items() if v != value} == {}, name
-    assert (defaults.DEFAULT_MAX_RESTARTS, defaults.DEFAULT_STARTUP_DEADLINE_S, DEFAULT_PROGRESS_TIMEOUT_S) == (2, 180, 600)
-    policy = DEFAULT_RESTART_POLICY.value
-    assert schema_default("training", "restart_policy") == policy == cli.restart_policy
-    assert parsed.restart_policy.value == policy and spec_fields["restart_policy"].value == policy
+
+class CapturingLauncher:
+    """Stands in for a launcher to catch the spec ``start_cluster`` builds before anything starts: what is
+    checked here is the spec's settings, not a launch (the real launchers have tests of their own)."""
+
+    def find(self, cluster_id):
+        return None
+
+    def launching(self, draft):
+        raise Captured(draft)
+
+
+def supervision_from_start_cluster(tmp_path, **settings):
+    from ignite_tf.cluster.api import start_cluster
+
+    with pytest.raises(Captured) as caught:
+        start_cluster("cache", {"entry_point": "m:f"}, conn=object(), launcher=CapturingLauncher(),
+                      run_root=tmp_path / "runs", **settings)
+    return caught.value.args[0].supervision
+
+
+def test_one_supervision_value_reaches_every_edge(tmp_path):
+    """The defaults are ``Supervision``'s, and a value given at each edge (YAML, the DAG factory, the CLI,
+    the operator with templated strings, the Python API) is the one the spec carries to both backends."""
+    from ignite_tf.cli import build_parser, supervision_of
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import ClusterSpec, build_spec
+    from ignite_tf.cluster.supervision import Supervision
+    from ignite_tf.cluster.supervision.policy import Policy
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+    from ignite_tf.pipeline.factory import render
+    from ignite_tf.pipeline.spec import SUPERVISION_KEYS, parse_spec
+
+    default = Supervision()
+    assert (default.max_restarts, default.restart_policy.value, default.startup_deadline_s,
+            default.progress_timeout_s, default.grace_period_s) == (2, "exit-code", 180, 600, 10)
+    for name in SUPERVISION_KEYS:
+        assert schema_default("training", name) == Supervision().to_dict()[name], name
+
+    def operator(**kwargs):
+        return TFClusterOperator(task_id="train", cache="c", entry_point="m:f", **kwargs).supervision_settings()
+
+    def spec(**settings):
+        return build_spec(cluster_id="c1", cache="c", mode="sync", workers=1, run_dir=str(tmp_path / "c1"),
+                          job={"entry_point": "m:f"}, **settings)
+
+    assert parse_spec(minimal_spec(tmp_path)).training.supervision == default
+    assert supervision_of(cli_start_defaults()) == default
+    assert operator() == default
+    assert supervision_from_start_cluster(tmp_path) == default
+    assert spec().supervision == default
+
+    given = {"max_restarts": 5, "restart_policy": "never", "startup_deadline_s": 30, "progress_timeout_s": 0}
+    wanted = Supervision(**given)
+    parsed = parse_spec(minimal_spec(tmp_path, **given))
+    assert parsed.training.supervision == wanted
+    train = next(t for t in render(parsed)[0].tasks if t.task_id == "train")
+    assert operator(**{k: train.kwargs[k] for k in SUPERVISION_KEYS}) == wanted
+    cli = build_parser().parse_args(["start", "--max-restarts", "5", "--restart-policy", "never",
+                                     "--startup-deadline", "30", "--progress-timeout", "0", "c", "j", "python"])
+    assert supervision_of(cli) == wanted
+    assert operator(**{k: str(v) for k, v in given.items()}) == wanted  # rendered templates are strings
+    assert operator(supervision='{"max_restarts": 5, "restart_policy": "never", "startup_deadline_s": 30, '
+                                '"progress_timeout_s": 0}') == wanted
+    assert operator(supervision=wanted, max_restarts="7") == Supervision(**{**given, "max_restarts": 7})
+    assert supervision_from_start_cluster(tmp_path, **given) == wanted
+    assert supervision_from_start_cluster(tmp_path, supervision=wanted) == wanted
+    assert spec(**given).supervision == spec(supervision=wanted).supervision == wanted
+
+    # The supervisor process reads the spec back from JSON (one written before the settings were one value
+    # too); the policy and the pod backend take it from there.
+    written = spec(supervision=Supervision(grace_period_s=25, max_restarts=5))
+    again = ClusterSpec.from_dict(json.loads(json.dumps(written.to_dict())))
+    assert again.supervision == written.supervision
+    flat = {k: v for k, v in written.to_dict().items() if k != "supervision"}
+    assert ClusterSpec.from_dict({**flat, "max_restarts": 5, "grace_period_s": 25}).supervision == written.supervision
+    assert Policy(again).settings == written.supervision
+    pod = objects.pod_manifest(again, again.chief, 0, namespace="ns", settings=KubernetesSettings.parse(None),
+                               image="img", owner={"metadata": {"name": "c1", "uid": "u"}}, argv=["true"],
+                               cwd="/", env={}, node=None, memory="1Gi")
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 25
+
+
+@pytest.mark.parametrize("field, value", [("max_restarts", -1), ("restart_policy", "sometimes"),
+                                          ("startup_deadline_s", 0), ("progress_timeout_s", -1),
+                                          ("grace_period_s", "soon")])
+def test_a_bad_supervision_setting_names_its_field(field, value):
+    from ignite_tf.cluster.supervision.settings import Supervision, SupervisionError
+
+    with pytest.raises(SupervisionError, match=f"^{field} ") as raised:
+        Supervision(**{field: value})
+    assert raised.value.field == field
 
 
 def test_training_parameters_agree_between_yaml_operator_runtime_cli_and_runtime_functions(tmp_path):
@@ -147,10 +217,11 @@ def test_docs_settings_table_shows_the_defaults():
     for line in table.splitlines()[2:]:
         name, *cells = [c.strip() for c in line.strip().strip("|").split("|")]
         rows[name.strip("`")] = cells
-    expected = {"max_restarts": defaults.DEFAULT_MAX_RESTARTS, "startup_deadline_s": defaults.DEFAULT_STARTUP_DEADLINE_S,
-                "progress_timeout_s": DEFAULT_PROGRESS_TIMEOUT_S, "poll_interval": defaults.DEFAULT_POLL_INTERVAL,
+    supervision = Supervision()
+    expected = {"max_restarts": supervision.max_restarts, "startup_deadline_s": supervision.startup_deadline_s,
+                "progress_timeout_s": supervision.progress_timeout_s, "poll_interval": defaults.DEFAULT_POLL_INTERVAL,
                 "epochs": defaults.DEFAULT_EPOCHS, "batch_size": defaults.DEFAULT_BATCH_SIZE,
-                "label_column": defaults.DEFAULT_LABEL_COLUMN, "restart_policy": DEFAULT_RESTART_POLICY.value}
+                "label_column": defaults.DEFAULT_LABEL_COLUMN, "restart_policy": supervision.restart_policy.value}
     for name, value in expected.items():
         shown = f"{value:g}" if isinstance(value, float) else str(value)
         assert rows[name][-1] == f"`{shown}`", (name, rows[name])

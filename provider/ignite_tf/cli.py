@@ -26,11 +26,13 @@ from ignite_tf import __version__
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID as K8S_CONN_ID
 from ignite_tf.cluster.k8s.settings import DEFAULT_PLACEMENT, Placement
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
+from ignite_tf.cluster.supervision import RestartPolicy, Supervision
 from ignite_tf.connection import DEFAULT_ADDRESS, ENV_ADDRESSES
-from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
+from ignite_tf.contract import Mode
 from ignite_tf.errors import IgniteTFError
 from ignite_tf.typecodes import LOADABLE
+
+SUPERVISION = Supervision()  # the defaults the flags show
 
 
 def _common() -> argparse.ArgumentParser:
@@ -49,20 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     start = sub.add_parser("start", parents=[common], help="start a TF cluster over a cache and run a job on it")
-    start.add_argument("--mode", choices=["sync", "async"], default="sync",
+    start.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.SYNC.value,
                        help="sync: MultiWorkerMirroredStrategy; async: ParameterServerStrategy (default sync)")
     start.add_argument("--workers", type=_positive, help="workers (default: one per Ignite server node)")
     start.add_argument("--ps", type=_positive, default=1, help="parameter servers in async mode (default 1)")
-    start.add_argument("--max-restarts", type=_non_negative, default=DEFAULT_MAX_RESTARTS,
-                       help=f"restarts after failures (default {DEFAULT_MAX_RESTARTS})")
-    start.add_argument("--startup-deadline", type=float, default=DEFAULT_STARTUP_DEADLINE_S, metavar="SECONDS",
-                       help=f"seconds for all tasks to come up (default {DEFAULT_STARTUP_DEADLINE_S:.0f})")
-    start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy], default=DEFAULT_RESTART_POLICY.value,
+    start.add_argument("--max-restarts", type=_non_negative, default=SUPERVISION.max_restarts,
+                       help=f"restarts after failures (default {SUPERVISION.max_restarts})")
+    start.add_argument("--startup-deadline", type=float, default=SUPERVISION.startup_deadline_s, metavar="SECONDS",
+                       help=f"seconds for all tasks to come up (default {SUPERVISION.startup_deadline_s:.0f})")
+    start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy],
+                       default=SUPERVISION.restart_policy.value,
                        help="which failures are restarted: on-failure (all), exit-code (signals, statuses >= 128, "
-                            f"no progress; not the job's own error), never (default {DEFAULT_RESTART_POLICY.value})")
-    start.add_argument("--progress-timeout", type=float, default=DEFAULT_PROGRESS_TIMEOUT_S, metavar="SECONDS",
+                            f"no progress; not the job's own error), never (default {SUPERVISION.restart_policy.value})")
+    start.add_argument("--progress-timeout", type=float, default=SUPERVISION.progress_timeout_s, metavar="SECONDS",
                        help="a task silent this long after its first progress report (steps, ignite_tf.data reads) "
-                            f"is a failure; 0 turns the watchdog off (default {DEFAULT_PROGRESS_TIMEOUT_S:.0f})")
+                            f"is a failure; 0 turns the watchdog off (default {SUPERVISION.progress_timeout_s:.0f})")
     start.add_argument("--id", dest="cluster_id", help="cluster id (default: generated)")
     start.add_argument("--detach", action="store_true", help="print the cluster id and return at once")
     start.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
@@ -187,10 +190,9 @@ def cmd_start(args, conn) -> int:
 
     launcher = _launcher(conn, args)
     job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
-    state = start_cluster(args.cache, job, conn=conn, mode=args.mode, workers=args.workers, ps=args.ps,
-                          max_restarts=args.max_restarts, startup_deadline_s=args.startup_deadline,
-                          cluster_id=args.cluster_id, launcher=launcher, restart_policy=args.restart_policy,
-                          progress_timeout_s=args.progress_timeout, env=args.env)
+    state = start_cluster(args.cache, job, conn=conn, mode=Mode(args.mode), workers=args.workers, ps=args.ps,
+                          cluster_id=args.cluster_id, launcher=launcher, env=args.env,
+                          supervision=supervision_of(args))
     print(state.cluster_id, flush=True)
     if args.detach:
         return 0
@@ -201,6 +203,12 @@ def cmd_start(args, conn) -> int:
         launcher.stop(state.cluster_id)
         return int(ExitCode.STOPPED)
     return int(final.exit_code if final.exit_code is not None else ExitCode.INTERNAL_ERROR)
+
+
+def supervision_of(args) -> Supervision:
+    """The ``start`` flags' ``Supervision`` (the grace period has no flag: its default)."""
+    return Supervision(max_restarts=args.max_restarts, restart_policy=args.restart_policy,
+                       startup_deadline_s=args.startup_deadline, progress_timeout_s=args.progress_timeout)
 
 
 def cmd_stop(args, conn) -> int:

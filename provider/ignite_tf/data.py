@@ -49,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ignite_tf.cluster.spec import ENV_CACHE, ENV_SHARD_PLAN
 from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.contract import ENV_CACHE, ENV_SHARD_PLAN
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import Reshuffle, ShardPlan, WorkerShard
@@ -410,11 +410,11 @@ def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
 
 # -- helpers ---------------------------------------------------------------------------------------------
 def _reported(stream: Iterator[dict], epoch: int) -> Iterator[dict]:
-    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.runtime.progress``)."""
-    from ignite_tf.runtime import progress
+    """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.contract``)."""
+    from ignite_tf import contract
 
     for n, block in enumerate(stream, 1):
-        progress.report(f"epoch {epoch + 1}: read block {n}")
+        contract.report(f"epoch {epoch + 1}: read block {n}")
         yield block
 
 

@@ -3,7 +3,8 @@
 A setting has one name everywhere (``label_column``, ``max_restarts``, ``startup_deadline_s``,
 ``poll_interval``...) and its default is defined here once; the pipeline schema repeats the values as JSON
 ``default`` keywords for editors, and ``tests/test_settings.py`` checks that every place agrees. The
-restart policy and the progress watchdog keep theirs next to their logic, in ``ignite_tf.cluster.policy``.
+restart policy, the progress watchdog and the grace period keep theirs in ``Supervision``
+(``ignite_tf.cluster.supervision.settings``), which takes the two below from here.
 """
 
 from __future__ import annotations

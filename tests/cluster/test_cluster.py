@@ -119,6 +119,22 @@ def test_async_worker_restarted_alone_and_ps_stopped_after_chief(ignite_conn, da
     assert_nothing_left(state.cluster_id, final.run_dir)
 
 
+def test_async_server_ending_early_ends_the_cluster_under_never(ignite_conn, data_cache, run_root):
+    """Async servers that exit 0 while the chief still trains are failures for the restart policy like any
+    other: under ``never`` the cluster ends, nothing is restarted (it used to restart them regardless)."""
+    launcher = make_launcher(ignite_conn)
+    spec = build_spec(cluster_id="async-early", cache=data_cache, mode="async", workers=1, ps=1,
+                      run_dir=run_root / "async-early", max_restarts=2, restart_policy="never",
+                      job={"command": [*PORTJOB, "30"], "job_dir": str(JOBS), "serve_command": [*PORTJOB, "1"]})
+    state = launcher.launch(spec)
+    final = launcher.wait(state.cluster_id, timeout=60)
+    assert final.status is Status.FAILED and final.exit_code == ExitCode.USER_CODE_FAILED, final.reason
+    assert final.restarts == 0 and all(t.restarts == 0 for t in final.tasks)
+    assert "exited with status 0 before the chief finished" in final.reason and "'never'" in final.reason
+    assert final.failures[-1]["kind"] == "ended before the chief"
+    assert_nothing_left(state.cluster_id, final.run_dir)
+
+
 def test_startup_deadline_leaves_nothing_running(ignite_conn, data_cache, run_root):
     launcher, state = run(data_cache, ignite_conn, ["30", "--no-listen", "worker-1"], startup_deadline_s=3,
                           max_restarts=2)

@@ -265,14 +265,13 @@ def test_the_fork_server_started_for_a_draft_spec_suits_the_final_one(tmp_path):
     job does not. No process is started."""
     from ignite_tf.cluster.commands import task_command
     from ignite_tf.cluster.spec import build_spec
-    from ignite_tf.cluster.supervisor import Supervisor
+    from ignite_tf.cluster.supervision.processes import ProcessBackend
 
     def settings(workers, env=None, args=("--epochs", "1")):
         spec = build_spec(cluster_id="c1", cache="t", mode="sync", workers=workers, run_dir=str(tmp_path / "c1"),
                           job={"entry_point": "ignite_tf.models:tabular_classifier", "args": list(args)},
                           shard_plan_path=str(tmp_path / "plan.json"), env=env)
-        supervisor = Supervisor(spec, LocalStateStore(tmp_path / "state"), task_command)
-        return forkserver.settings_for(spec, supervisor.task_env, task_command)
+        return forkserver.settings_for(spec, ProcessBackend(spec, task_command).task_env, task_command)
 
     draft = settings(1)
     assert draft is not None and "TF_CONFIG" not in draft[0]

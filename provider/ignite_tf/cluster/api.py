@@ -10,11 +10,11 @@ from typing import Any
 
 from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
-from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, RestartPolicy
 from ignite_tf.cluster.run_folder import RunFolder, default_run_root
-from ignite_tf.cluster.spec import Mode, build_spec, check_cluster_id, new_cluster_id
+from ignite_tf.cluster.spec import build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
-from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
+from ignite_tf.cluster.supervision import RestartPolicy, Supervision
+from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
 
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
@@ -62,23 +62,23 @@ def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
 
 
 def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
-                  workers: int | None = None, ps: int = 1,
-                  max_restarts: int = DEFAULT_MAX_RESTARTS, startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
-                  grace_period_s: float = 10.0, cluster_id: str | None = None,
+                  workers: int | None = None, ps: int = 1, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str | None = None, seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
-                  plan=None, restart_policy: RestartPolicy | str | None = None,
-                  progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
-                  labels: Mapping[str, Any] | None = None) -> ClusterState:
+                  plan=None, labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
+                  max_restarts: int | None = None, startup_deadline_s: float | None = None,
+                  grace_period_s: float | None = None, restart_policy: RestartPolicy | str | None = None,
+                  progress_timeout_s: float | None = None) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
     :param workers: default one per Ignite server node (a worker next to each node's data).
     :param cluster_id: a stable id makes the launch idempotent (a running cluster with that id is returned).
     :param plan: a ShardPlan made earlier (e.g. by an upstream Airflow task); else planned here.
-    :param restart_policy: which failures are restarted (``ignite_tf.cluster.policy.RestartPolicy``; default
-        ``exit-code``: signals, statuses >= 128 and the watchdog, not a task's own error).
-    :param progress_timeout_s: a task silent this long after its first progress report is a failure (0: off).
+    :param supervision: restarts, restart policy, start-up deadline, progress watchdog and grace period
+        (``ignite_tf.cluster.supervision.Supervision``; default its defaults). ``max_restarts``,
+        ``startup_deadline_s``, ``grace_period_s``, ``restart_policy`` and ``progress_timeout_s`` change one
+        setting of it each (None: unchanged).
     :param labels: who started it (``dag_id``, ``run_id``, ``task_id``...), kept in the cluster state.
     :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
@@ -86,6 +86,9 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan, next_to_nodes
 
+    supervision = Supervision.build(supervision, max_restarts=max_restarts, startup_deadline_s=startup_deadline_s,
+                                    grace_period_s=grace_period_s, restart_policy=restart_policy,
+                                    progress_timeout_s=progress_timeout_s)
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
     cluster_id = check_cluster_id(cluster_id) if cluster_id else new_cluster_id()
@@ -109,9 +112,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     def spec_for(workers: int, worker_hosts=None):
         return build_spec(
             cluster_id=cluster_id, cache=cache, mode=mode, workers=workers, ps=ps, run_dir=run_dir, job=job,
-            worker_hosts=worker_hosts, shard_plan_path=str(plan_path), max_restarts=max_restarts,
-            startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env,
-            restart_policy=restart_policy, progress_timeout_s=progress_timeout_s, labels=labels,
+            worker_hosts=worker_hosts, shard_plan_path=str(plan_path), env=env, labels=labels,
+            supervision=supervision,
         )
 
     if plan is not None:

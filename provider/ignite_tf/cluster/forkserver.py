@@ -39,9 +39,9 @@ import traceback
 
 from ignite_tf.cluster.commands import RUNTIME_MODULE
 from ignite_tf.cluster.procs import own_group_dying_with, pid_alive
-from ignite_tf.cluster.spec import PER_TASK_ENV, ClusterSpec
+from ignite_tf.cluster.spec import ClusterSpec
+from ignite_tf.contract import PER_TASK_ENV, exit_now
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime.ending import exit_now
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
 FORKSERVER_MODES = ("auto", "off")

@@ -1,7 +1,8 @@
 """Launchers turn a ClusterSpec into running tasks. Callers (the CLI, the Airflow operator and trigger)
 only use the ``Launcher`` interface, so a Kubernetes launcher can stand in for the local one.
 
-``LocalLauncher`` (the embedded default) starts a detached supervisor process (see ``supervisor.py``) that
+``LocalLauncher`` (the embedded default) starts a detached supervisor process (see
+``ignite_tf.cluster.supervision``) that
 owns every task; secrets reach it through its environment only, never its command line, and that environment
 is an allowlist (``environment.py``), not the caller's.
 """
@@ -24,6 +25,7 @@ from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.procs import pid_alive
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
+from ignite_tf.cluster.supervision import processes
 from ignite_tf.errors import ConfigError, IgniteTFError
 
 
@@ -140,12 +142,16 @@ class Launcher(ABC):
         return "\n".join(text.splitlines()[-lines:])
 
 
-class LocalLauncher(Launcher):
-    """Tasks as local processes under a detached supervisor.
+class SupervisedLauncher(Launcher):
+    """A launcher that starts one detached supervisor process per cluster, which owns the tasks; the state
+    store is how every other process (``ps``, ``attach``, ``stop``, the trigger) reaches it.
 
     :param conn: the Ignite connection handed to the tasks (secrets through the environment).
     :param on_lost: ``(state) -> None`` for a stopped cluster whose supervisor was lost.
     """
+
+    state_timeout_s = 60.0
+    """Seconds for a new supervisor to record the cluster's state."""
 
     def __init__(self, store: StateStore, conn=None, on_lost: Callable[[ClusterState], None] | None = None):
         super().__init__(store)
@@ -154,41 +160,21 @@ class LocalLauncher(Launcher):
         # deleted there (``make_launcher`` passes ``release_remote``).
         self.on_lost = on_lost
 
-    def launch(self, spec: ClusterSpec, timeout: float = 60.0) -> ClusterState:
+    @abstractmethod
+    def supervisor_command(self, spec: ClusterSpec) -> list[str]:
+        """The supervisor's command line for ``spec``, saved in its run folder (``RunFolder.spec``)."""
+
+    def prepare(self, spec: ClusterSpec) -> None:  # noqa: B027 - only launchers with more to set up need it
+        """Before ``spec`` is saved and its supervisor started."""
+
+    def launch(self, spec: ClusterSpec, timeout: float | None = None) -> ClusterState:
         existing = self.store.get(spec.cluster_id)
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing  # idempotent: never a second cluster under one id
-        spec_path = self._save(spec)
-        return self._recorded(spec, self._start_supervisor(spec, self.supervisor_command(spec_path)), timeout)
-
-    @contextmanager
-    def launching(self, draft: ClusterSpec) -> Iterator[Callable[[ClusterSpec], ClusterState]]:
-        """Start the supervisor with ``draft`` while the shard plan is made: it starts its fork server, so
-        TensorFlow is imported meanwhile. The draft goes to the supervisor's standard input as one line; a
-        second line says the final spec is saved; leaving the block without launching closes the input, and
-        the supervisor ends with its fork server (``supervisor.main``)."""
-        command = self.supervisor_command(draft.folder.spec, after_plan=True)
-        proc = self._start_supervisor(draft, command, stdin=subprocess.PIPE)
-        launched = False
-
-        def launch(spec: ClusterSpec, timeout: float = 60.0) -> ClusterState:
-            nonlocal launched
-            self._save(spec)
-            launched = True
-            _send(proc, "saved\n", close=True)
-            return self._recorded(spec, proc, timeout)
-
-        try:
-            _send(proc, json.dumps(draft.to_dict()) + "\n")
-            yield launch
-        finally:
-            if not launched:
-                _send(proc, "", close=True)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        self.prepare(spec)
+        self._save(spec)
+        proc = self._start_supervisor(spec, self.supervisor_command(spec))
+        return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)
 
     @staticmethod
     def _save(spec: ClusterSpec) -> Path:
@@ -218,10 +204,6 @@ class LocalLauncher(Launcher):
             time.sleep(0.05)
         proc.kill()
         raise IgniteTFError(f"the supervisor of cluster {spec.cluster_id} did not record its state in {timeout:.0f}s")
-
-    def supervisor_command(self, spec_path, after_plan: bool = False) -> list[str]:
-        return [sys.executable, "-m", "ignite_tf.cluster.supervisor", *(["--after-plan"] if after_plan else []),
-                str(spec_path)]
 
     def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The supervisor's environment: the runtime's variables, the state store, this launcher's connection
@@ -292,6 +274,42 @@ class LocalLauncher(Launcher):
         if state.supervisor_pid and state.supervisor_host == os.uname().nodename:
             return pid_alive(state.supervisor_pid)
         return not state.heartbeat_stale()
+
+
+class LocalLauncher(SupervisedLauncher):
+    """Tasks as local processes under a detached supervisor (``ignite_tf.cluster.supervision.processes``)."""
+
+    def supervisor_command(self, spec: ClusterSpec, after_plan: bool = False) -> list[str]:
+        return [sys.executable, "-m", processes.MODULE, *(["--after-plan"] if after_plan else []),
+                str(spec.folder.spec)]
+
+    @contextmanager
+    def launching(self, draft: ClusterSpec) -> Iterator[Callable[[ClusterSpec], ClusterState]]:
+        """Start the supervisor with ``draft`` while the shard plan is made: it starts its fork server, so
+        TensorFlow is imported meanwhile. The draft goes to the supervisor's standard input as one line; a
+        second line says the final spec is saved; leaving the block without launching closes the input, and
+        the supervisor ends with its fork server (``processes.main``)."""
+        proc = self._start_supervisor(draft, self.supervisor_command(draft, after_plan=True), stdin=subprocess.PIPE)
+        launched = False
+
+        def launch(spec: ClusterSpec, timeout: float | None = None) -> ClusterState:
+            nonlocal launched
+            self._save(spec)
+            launched = True
+            _send(proc, "saved\n", close=True)
+            return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)
+
+        try:
+            _send(proc, json.dumps(draft.to_dict()) + "\n")
+            yield launch
+        finally:
+            if not launched:
+                _send(proc, "", close=True)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 _SUPERVISORS: list[subprocess.Popen] = []

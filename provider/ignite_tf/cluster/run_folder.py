@@ -5,6 +5,7 @@ environment, the runtime that saves the model, the publish operator) takes its p
 
     <run root>/<cluster id>/
         cluster.json            the ClusterSpec the supervisor runs
+        k8s.json                the pod backend's settings (namespace, image...), for a Kubernetes run
         shard_plan.json         the ShardPlan the workers read by
         job/                    a zipped job, unpacked
         logs/<task>.log         each task's output (the chief's is the job's output)
@@ -51,6 +52,10 @@ class RunFolder:
     @property
     def spec(self) -> Path:
         return self.path / "cluster.json"
+
+    @property
+    def kubernetes(self) -> Path:
+        return self.path / "k8s.json"
 
     @property
     def shard_plan(self) -> Path:

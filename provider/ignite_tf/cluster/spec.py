@@ -10,27 +10,35 @@ Nothing here assumes local processes: a launcher (local or Kubernetes) turns the
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.environment import parse_env
-from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
 from ignite_tf.cluster.run_folder import RunFolder
-from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
+from ignite_tf.cluster.supervision.settings import Supervision
+from ignite_tf.contract import (  # noqa: F401 - ENV_CACHE, ENV_SHARD_PLAN, read_tf_config: their old home
+    ENV_ATTEMPT,
+    ENV_CACHE,
+    ENV_CHECKPOINT_DIR,
+    ENV_CLUSTER_ID,
+    ENV_MODE,
+    ENV_PROGRESS_FILE,
+    ENV_RUN_DIR,
+    ENV_SHARD_PLAN,
+    ENV_TENSORBOARD_DIR,
+    ENV_TF_CONFIG,
+    PER_TASK_ENV,
+    Mode,
+    read_tf_config,
+)
 from ignite_tf.errors import ConfigError
 from ignite_tf.ports import free_port
-
-
-class Mode(StrEnum):
-    SYNC = "sync"
-    ASYNC = "async"
 
 
 class Role(StrEnum):
@@ -39,30 +47,7 @@ class Role(StrEnum):
     PS = "ps"
 
 
-# Environment the runtime reads (besides TF_CONFIG and the connection's IGNITE_TF_ADDRESSES & co).
-ENV_CLUSTER_ID = "IGNITE_TF_CLUSTER_ID"
-ENV_MODE = "IGNITE_TF_MODE"
-ENV_RUN_DIR = "IGNITE_TF_RUN_DIR"
-ENV_CHECKPOINT_DIR = "IGNITE_TF_CHECKPOINT_DIR"
-ENV_TENSORBOARD_DIR = "IGNITE_TF_TENSORBOARD_DIR"
-ENV_SHARD_PLAN = "IGNITE_TF_SHARD_PLAN"
-ENV_CACHE = "IGNITE_TF_CACHE"
-ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
-ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"  # see ignite_tf.runtime.progress
-PER_TASK_ENV = ("TF_CONFIG", ENV_ATTEMPT, ENV_PROGRESS_FILE)  # what differs between a cluster's task environments
-
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
-
-def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """This process's ``TF_CONFIG`` (the launcher sets it from ``ClusterSpec.tf_config``); {} outside a cluster."""
-    raw = (os.environ if environ is None else environ).get("TF_CONFIG")
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
 
 
 def new_cluster_id(prefix: str = "tf") -> str:
@@ -118,11 +103,8 @@ class ClusterSpec:
     run_dir: str
     job: dict[str, Any]
     shard_plan_path: str | None = None
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S
-    grace_period_s: float = 10.0
-    restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
-    progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
+    supervision: Supervision = field(default_factory=Supervision)
+    """How the supervisor restarts, waits for and stops the tasks."""
     env: dict[str, str] = field(default_factory=dict)
     """Variables set in every task, values recorded here (``env`` items ``NAME=VALUE``): never secrets."""
     pass_env: list[str] = field(default_factory=list)
@@ -133,10 +115,8 @@ class ClusterSpec:
     ``try_number``, ``map_index`` for a cluster started by ``TFClusterOperator``; empty from the CLI."""
 
     def __post_init__(self):
-        self.mode = Mode(self.mode)
-        self.restart_policy = RestartPolicy.parse(self.restart_policy)
-        if self.progress_timeout_s < 0:
-            raise ConfigError(f"progress_timeout_s must be >= 0 (0 turns the watchdog off; got {self.progress_timeout_s})")
+        self.mode = Mode.parse(self.mode)
+        self.supervision = Supervision.build(self.supervision)
         self.tasks = [t if isinstance(t, ClusterTask) else ClusterTask(Role(t["role"]), t["index"], t["host"], t["port"])
                       for t in self.tasks]
         for t in self.tasks:
@@ -202,7 +182,7 @@ class ClusterSpec:
         (the connection, ``pass_env``, PATH...), see ``environment.py``."""
         env = dict(self.env)
         env.update({
-            "TF_CONFIG": json.dumps(self.tf_config(task)),
+            ENV_TF_CONFIG: json.dumps(self.tf_config(task)),
             "TF_USE_LEGACY_KERAS": "1",
             ENV_CLUSTER_ID: self.cluster_id,
             ENV_MODE: self.mode.value,
@@ -221,12 +201,16 @@ class ClusterSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["mode"] = self.mode.value
-        data["restart_policy"] = self.restart_policy.value
+        data["supervision"] = self.supervision.to_dict()
         data["tasks"] = [{"role": t.role.value, "index": t.index, "host": t.host, "port": t.port} for t in self.tasks]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterSpec:
+        data = dict(data)
+        # A spec written before the settings were one value has them at its top level.
+        flat = {k: data.pop(k) for k in [f.name for f in fields(Supervision)] if k in data}
+        data["supervision"] = Supervision.build(data.get("supervision"), **flat)
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
@@ -242,15 +226,14 @@ class ClusterSpec:
 
 def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, run_dir: str | Path,
                job: dict[str, Any], ps: int = 1, worker_hosts: list[str | None] | None = None,
-               shard_plan_path: str | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS,
-               startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
-               grace_period_s: float = 10.0, port_for=None,
+               shard_plan_path: str | None = None, port_for=None,
                env: Iterable[str] | Mapping[str, str] | None = None,
-               restart_policy: RestartPolicy | str | None = None,
-               progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
-               labels: Mapping[str, Any] | None = None) -> ClusterSpec:
+               labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
+               **settings: Any) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
+    :param supervision: the supervisor's settings (default ``Supervision()``); ``settings`` (``max_restarts=``,
+        ``restart_policy=``... the fields of ``Supervision``) change single ones.
     :param worker_hosts: where each worker should run (the ShardPlan's hosts); None/unknown -> 127.0.0.1.
     :param port_for: ``(host) -> port``; default a free local port (the local launcher).
     :param env: ``["NAME", "NAME=VALUE", ...]`` (or a mapping): variables for every task; ``NAME`` passes the
@@ -258,16 +241,12 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
     """
     check_cluster_id(cluster_id)
     env_values, pass_env = parse_env(env)
-    try:
-        mode = Mode(mode)
-    except ValueError:
-        raise ConfigError(f"mode must be one of {[m.value for m in Mode]} (got {mode!r})") from None
+    mode = Mode.parse(mode)
+    supervision = Supervision.build(supervision, **settings)
     if workers < 1:
         raise ConfigError(f"workers must be at least 1 (got {workers})")
     if mode is Mode.ASYNC and ps < 1:
         raise ConfigError(f"async mode needs at least one parameter server (got ps={ps})")
-    if max_restarts < 0:
-        raise ConfigError(f"max_restarts must be >= 0 (got {max_restarts})")
     port_for = port_for or free_port
     hosts = list(worker_hosts or [])
     hosts += [None] * (workers - len(hosts))
@@ -292,11 +271,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
         taken.add((t.host, port))
         t.port = port
     return ClusterSpec(cluster_id=cluster_id, cache=cache, mode=mode, tasks=tasks, run_dir=str(run_dir), job=job,
-                       shard_plan_path=shard_plan_path, max_restarts=max_restarts,
-                       startup_deadline_s=startup_deadline_s, grace_period_s=grace_period_s, env=env_values,
-                       pass_env=list(pass_env), restart_policy=RestartPolicy.parse(restart_policy),
-                       progress_timeout_s=float(progress_timeout_s),
-                       labels={str(k): str(v) for k, v in (labels or {}).items()})
+                       shard_plan_path=shard_plan_path, supervision=supervision, env=env_values,
+                       pass_env=list(pass_env), labels={str(k): str(v) for k, v in (labels or {}).items()})
 
 
 def _looks_like_host(value: str) -> bool:

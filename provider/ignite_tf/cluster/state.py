@@ -22,6 +22,7 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any
 
+from ignite_tf.contract import ENV_STATE_DIR, ENV_STATE_STORE
 from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.home import HomeFolder
 
@@ -51,26 +52,48 @@ class ExitCode(IntEnum):
     NO_PROGRESS = 6
 
 
-LIVE_TASK_STATES = ("pending", "starting", "running")
+class TaskStatus(StrEnum):
+    """Where one task stands, as its supervisor recorded it (the state store's JSON holds the value)."""
+
+    PENDING = "pending"
+    """Not started yet."""
+    STARTING = "starting"
+    """Started, not up yet (not listening on its port; a pod not Ready)."""
+    RUNNING = "running"
+    EXITED = "exited"
+    """Ended with status 0."""
+    FAILED = "failed"
+    """Ended with another status or a signal."""
+    KILLED = "killed"
+    """Stopped by its supervisor (a restart, a stop, the cluster's end)."""
+    GONE = "gone"
+    """Its supervisor was lost (a task dies with its supervisor)."""
+
+    @property
+    def live(self) -> bool:
+        return self in (TaskStatus.PENDING, TaskStatus.STARTING, TaskStatus.RUNNING)
+
+
+LIVE_TASK_STATES = tuple(s for s in TaskStatus if s.live)
 
 
 @dataclass
 class TaskState:
-    """One task as its supervisor last recorded it.
-
-    ``state``: pending, starting, running, then exited, failed, killed; ``gone`` when its supervisor was lost
-    (a task dies with its supervisor). ``exit_code`` is negative when a signal ended the task.
-    """
+    """One task as its supervisor last recorded it (``state``: see ``TaskStatus``). ``exit_code`` is negative
+    when a signal ended the task."""
 
     role: str
     index: int
     host: str
     port: int
     pid: int = 0
-    state: str = "pending"
+    state: TaskStatus = TaskStatus.PENDING
     restarts: int = 0
     exit_code: int | None = None
     log: str = ""
+
+    def __post_init__(self):
+        self.state = TaskStatus(self.state)
 
     @property
     def name(self) -> str:
@@ -78,7 +101,7 @@ class TaskState:
 
     @property
     def live(self) -> bool:
-        return self.state in LIVE_TASK_STATES
+        return self.state.live
 
     @property
     def exit_text(self) -> str:
@@ -130,7 +153,7 @@ class ClusterState:
         """The supervisor is gone without recording an end: its live tasks are gone with it (PDEATHSIG)."""
         for t in self.tasks:
             if t.live:
-                t.state = "gone"
+                t.state = TaskStatus.GONE
 
     @property
     def last_epoch(self) -> dict[str, Any]:
@@ -143,6 +166,8 @@ class ClusterState:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        for task in data["tasks"]:
+            task["state"] = TaskStatus(task["state"]).value
         return data
 
     @classmethod
@@ -340,7 +365,7 @@ class IgniteStateStore(StateStore):
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("IGNITE_TF_CLUSTER_STATE", HomeFolder.of().clusters))
+    return Path(os.environ.get(ENV_STATE_DIR, HomeFolder.of().clusters))
 
 
 def open_store(conn=None, state_dir: str | Path | None = None) -> StateStore:
@@ -353,15 +378,15 @@ def open_store(conn=None, state_dir: str | Path | None = None) -> StateStore:
 def store_to_env(store: StateStore) -> dict[str, str]:
     """Tell a child process (supervisor, runtime) which store to use; the connection travels separately."""
     if isinstance(store, LocalStateStore):
-        return {"IGNITE_TF_STATE_STORE": "local", "IGNITE_TF_CLUSTER_STATE": str(store.dir)}
-    return {"IGNITE_TF_STATE_STORE": "ignite"}
+        return {ENV_STATE_STORE: "local", ENV_STATE_DIR: str(store.dir)}
+    return {ENV_STATE_STORE: "ignite"}
 
 
 def store_from_env(environ: dict[str, str] | None = None) -> StateStore | None:
     env = os.environ if environ is None else environ
-    kind = env.get("IGNITE_TF_STATE_STORE")
+    kind = env.get(ENV_STATE_STORE)
     if kind == "local":
-        return LocalStateStore(env["IGNITE_TF_CLUSTER_STATE"])
+        return LocalStateStore(env[ENV_STATE_DIR])
     if kind == "ignite":
         from ignite_tf.connection import IgniteConnectionConfig
 

@@ -8,14 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.defaults import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_EPOCHS,
-    DEFAULT_LABEL_COLUMN,
-    DEFAULT_MAX_RESTARTS,
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_STARTUP_DEADLINE_S,
-)
+from ignite_tf.contract import Mode
+from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, DEFAULT_POLL_INTERVAL
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink
 
@@ -42,7 +36,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     :param label_column: the label column an entry point trains on (templated).
     :param model_args: keyword arguments of the entry point's model function, a dict or its JSON text
         (templated), e.g. ``{"hidden": 64}``; each becomes ``--model-arg key=<JSON value>``.
-    :param max_restarts: restarts after failures (templated).
+    :param max_restarts: restarts after failures (templated; None: ``Supervision``'s default, as for every
+        supervision setting here).
     :param startup_deadline_s: seconds for all tasks to come up.
     :param extra_args: more arguments of ``python -m ignite_tf.runtime`` for an entry point.
     :param run_root: root of run folders (default ``$IGNITE_TF_RUN_ROOT``).
@@ -50,6 +45,9 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
     :param progress_timeout_s: a task silent this long after its first progress report fails the cluster
         (0: watchdog off).
+    :param supervision: all the supervisor's settings at once (``ignite_tf.cluster.supervision.Supervision``
+        or its dict, templated), e.g. ``{"max_restarts": 3, "grace_period_s": 30}``; the single arguments
+        above change one setting of it each.
     :param env: variables for every task (templated), ``["NAME", "NAME=VALUE", ...]``: ``NAME`` passes this
         Airflow worker's value through the environment only; ``NAME=VALUE`` is recorded in the run folder, so
         not for secrets. Tasks get nothing else of the worker's environment beyond what the runtime needs (no
@@ -66,20 +64,20 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env", "model_args", "launcher", "kubernetes")
+                                      "restart_policy", "env", "model_args", "launcher", "kubernetes", "supervision")
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
-                 job_dir: str | None = None, plan: Any = None, mode: str = "sync", workers: int | str | None = None,
+                 job_dir: str | None = None, plan: Any = None, mode: str = Mode.SYNC.value, workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
                  learning_rate: float | str | None = None, label_column: str = DEFAULT_LABEL_COLUMN,
-                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str = DEFAULT_MAX_RESTARTS,
-                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S, extra_args: list[str] | None = None,
+                 model_args: dict[str, Any] | str | None = None, max_restarts: int | str | None = None,
+                 startup_deadline_s: float | None = None, extra_args: list[str] | None = None,
                  run_root: str | None = None, deferrable: bool = True, wait_for_completion: bool = True,
                  poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
                  env: list[str] | dict[str, str] | None = None, launcher: str = LauncherKind.LOCAL.value,
-                 kubernetes: dict[str, Any] | None = None, **kwargs):
+                 kubernetes: dict[str, Any] | None = None, supervision: Any = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -93,7 +91,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.run_root, self.env = run_root, env
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
-        self.launcher, self.kubernetes = launcher, kubernetes
+        self.launcher, self.kubernetes, self.supervision = launcher, kubernetes, supervision
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -120,6 +118,14 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             args += ["--model-arg", f"{key}={json.dumps(value)}"]
         return {"entry_point": self.entry_point, "args": args + list(self.extra_args or [])}
 
+    def supervision_settings(self):
+        """The ``Supervision`` of ``supervision=`` and the single settings, their templates rendered."""
+        from ignite_tf.cluster.supervision import Supervision
+
+        base = as_dict(self.supervision) if isinstance(self.supervision, str) else self.supervision
+        return Supervision.build(base, max_restarts=self.max_restarts, startup_deadline_s=self.startup_deadline_s,
+                                 restart_policy=self.restart_policy, progress_timeout_s=self.progress_timeout_s)
+
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.cluster.api import make_launcher, start_cluster
         from ignite_tf.plan.shards import ShardPlan
@@ -131,12 +137,11 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
         cluster_id = self._cluster_id = self.cluster_id_for(context)
         plan = ShardPlan.from_dict(as_dict(self.plan)) if self.plan else None
-        progress = {} if self.progress_timeout_s is None else {"progress_timeout_s": float(self.progress_timeout_s)}
         state = start_cluster(
-            self.cache, self.job(), conn=self.conn, mode=self.mode, workers=int(self.workers) if self.workers else None,
-            ps=int(self.ps), max_restarts=int(self.max_restarts), startup_deadline_s=self.startup_deadline_s,
-            cluster_id=cluster_id, run_root=self.run_root, launcher=launcher, plan=plan,
-            restart_policy=self.restart_policy or None, env=self.env, labels=self.labels_for(context), **progress,
+            self.cache, self.job(), conn=self.conn, mode=Mode.parse(self.mode),
+            workers=int(self.workers) if self.workers else None, ps=int(self.ps), cluster_id=cluster_id,
+            run_root=self.run_root, launcher=launcher, plan=plan, env=self.env, labels=self.labels_for(context),
+            supervision=self.supervision_settings(),
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)

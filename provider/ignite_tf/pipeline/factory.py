@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.spec import Mode
+from ignite_tf.contract import Mode
 from ignite_tf.pipeline.schema import param_bounds
-from ignite_tf.pipeline.spec import PipelineConfig
+from ignite_tf.pipeline.spec import SUPERVISION_KEYS, PipelineConfig
 
 OPERATORS = "ignite_tf.operators"
 
@@ -215,9 +215,8 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                  {**conn, "results": Ref("validate"), "suite": suite, "cache": config.cache}),
         TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
                  {**conn, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode, "workers": workers,
-                  "ps": _param("ps", params, training.ps), "max_restarts": training.max_restarts,
-                  "startup_deadline_s": training.startup_deadline_s, "deferrable": True,
-                  "restart_policy": training.restart_policy.value, "progress_timeout_s": training.progress_timeout_s,
+                  "ps": _param("ps", params, training.ps), "deferrable": True,
+                  **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
                   **({"env": list(training.env)} if training.env else {}), **job,
                   **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
                   **({"kubernetes": training.kubernetes} if training.kubernetes else {})},

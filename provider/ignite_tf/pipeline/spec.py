@@ -22,15 +22,13 @@ import yaml
 
 from ignite_tf.cluster.environment import parse_env
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.policy import DEFAULT_PROGRESS_TIMEOUT_S, DEFAULT_RESTART_POLICY, RestartPolicy
-from ignite_tf.cluster.spec import Mode
+from ignite_tf.cluster.supervision.settings import Supervision, SupervisionError
 from ignite_tf.connection import DEFAULT_CONN_ID
+from ignite_tf.contract import Mode
 from ignite_tf.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EPOCHS,
     DEFAULT_LABEL_COLUMN,
-    DEFAULT_MAX_RESTARTS,
-    DEFAULT_STARTUP_DEADLINE_S,
     default_registry_root,
 )
 from ignite_tf.documents import read_yaml
@@ -47,6 +45,8 @@ PYTHON_NAMES = ("python", "python3")
 PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 # Training settings a run may override (Airflow Params); their bounds live in the schema's $defs.
 PARAM_FIELDS = ("epochs", "batch_size", "learning_rate", "workers", "ps")
+# The ``training`` keys that make its ``Supervision`` (the grace period is not one: its default).
+SUPERVISION_KEYS = ("max_restarts", "startup_deadline_s", "restart_policy", "progress_timeout_s")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -117,12 +117,9 @@ class TrainingConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     learning_rate: float | None = None
     label_column: str = DEFAULT_LABEL_COLUMN
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S
-    restart_policy: RestartPolicy = DEFAULT_RESTART_POLICY
-    """Which failures are restarted: on-failure, exit-code (signals, statuses >= 128, the watchdog), never."""
-    progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S
-    """Seconds a task may go without progress after its first report (0: watchdog off)."""
+    supervision: Supervision = field(default_factory=Supervision)
+    """The keys ``max_restarts``, ``startup_deadline_s``, ``restart_policy`` (on-failure, exit-code: signals,
+    statuses >= 128, the watchdog; never) and ``progress_timeout_s`` (0: watchdog off), as one value."""
     env: tuple[str, ...] = ()
     """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
     kubernetes: dict[str, Any] | None = None
@@ -336,21 +333,23 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
                             generator=generator, rows=value.get("rows"), seed=value.get("seed", 0),
                             schema=value.get("schema"))
 
+    def supervision(t):
+        try:
+            return Supervision.build(**{k: t.get(k) for k in SUPERVISION_KEYS})
+        except SupervisionError as exc:
+            _fail(exc.field, str(exc))
+
     def training(t):
         job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("command") else None)
         lr = t.get("learning_rate")
         return TrainingConfig(
-            mode=Mode(t.get("mode", "sync")), workers=t.get("workers", 2), ps=t.get("ps", 1),
+            mode=Mode(t.get("mode", Mode.SYNC)), workers=t.get("workers", 2), ps=t.get("ps", 1),
             launcher=LauncherKind.parse(t.get("launcher")), entry_point=t.get("entry_point"),
             command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
             epochs=t.get("epochs", DEFAULT_EPOCHS),
             batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
             label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
-            max_restarts=t.get("max_restarts", DEFAULT_MAX_RESTARTS),
-            startup_deadline_s=float(t.get("startup_deadline_s", DEFAULT_STARTUP_DEADLINE_S)),
-            restart_policy=RestartPolicy.parse(t.get("restart_policy")),
-            progress_timeout_s=float(t.get("progress_timeout_s", DEFAULT_PROGRESS_TIMEOUT_S)),
-            env=tuple(t.get("env", ())),
+            supervision=supervision(t), env=tuple(t.get("env", ())),
             kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
 
     def publish(p):

@@ -10,7 +10,8 @@ Three things used to hold a sync (MultiWorkerMirroredStrategy) cluster 10-60 s a
   the chief alone save a copy (``save_options``: without per-layer traces where none are needed) while the
   other workers wait at a barrier.
 - ``fit`` returned, the model saved and the result reported, Python's exit still joins TensorFlow's threads
-  and runs its exit handlers (the coordination service's shutdown barrier among them). ``exit_now`` flushes
+  and runs its exit handlers (the coordination service's shutdown barrier among them). ``exit_now`` (the
+  contract's end of a task, ``ignite_tf.contract``) flushes
   what the task wrote and ends the process at once.
 
 TensorFlow is passed in or imported inside functions only.
@@ -18,16 +19,15 @@ TensorFlow is passed in or imported inside functions only.
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from typing import TYPE_CHECKING
 
-from ignite_tf.cluster.spec import Mode
-from ignite_tf.runtime import progress
+from ignite_tf import contract
+from ignite_tf.contract import Mode, exit_now
 
 if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
+
+__all__ = ["exit_now", "quiet_device_datasets", "save_once", "save_options", "untuned_options"]
 
 BARRIER_TIMEOUT_S = 3600.0  # the chief's save of a large model; a lost chief ends the wait sooner
 
@@ -86,7 +86,7 @@ def save_once(model, *, rebuild, save, info: TaskInfo, log=print):
     else:
         result = save(copy) if info.is_chief else None
     if not info.is_chief:
-        progress.report("waiting for the chief to save the model", force=True)
+        contract.report("waiting for the chief to save the model", force=True)
     _barrier("ignite_tf_model_saved", info, log)
     return result
 
@@ -137,17 +137,3 @@ def save_options(model) -> dict:
     except Exception:  # noqa: BLE001 - another tf_keras, a model it cannot trace: the full save
         return {}
     return {"save_traces": False, "signatures": serving} if serving is not None else {}
-
-
-def exit_now(code: int = 0) -> None:
-    """Flush this task's output and end the process without Python's or TensorFlow's exit work.
-
-    Python's exit would join TensorFlow's threads and run its exit handlers, among them the coordination
-    service's shutdown barrier: 10 s or more after a training that has nothing left to do.
-    """
-    try:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)

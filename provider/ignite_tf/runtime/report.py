@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ignite_tf.cluster.spec import ENV_ATTEMPT, ENV_CLUSTER_ID
-from ignite_tf.runtime import progress
+from ignite_tf import contract
+from ignite_tf.contract import ENV_ATTEMPT, ENV_CLUSTER_ID
 
 if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
@@ -66,11 +66,11 @@ class EpochReporter:
 
     def on_epoch_begin(self, epoch, logs=None):
         self._t0 = time.monotonic()
-        progress.report(f"epoch {epoch + 1} began", force=True)
+        contract.report(f"epoch {epoch + 1} began", force=True)
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        progress.report(f"epoch {self._epoch + 1} step {batch + 1}")
+        contract.report(f"epoch {self._epoch + 1} step {batch + 1}")
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.monotonic() - self._t0

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf.cluster.spec import Mode
+from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.ports import listening
 from ignite_tf.runtime.task import TaskInfo

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ignite_tf.cluster.spec import ENV_MODE, Mode, read_tf_config
+from ignite_tf.contract import ENV_MODE, Mode, read_tf_config
 from ignite_tf.errors import ConfigError
 
 

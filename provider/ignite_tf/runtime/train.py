@@ -34,17 +34,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ignite_tf import contract
 from ignite_tf.cluster.run_folder import RunFolder
-from ignite_tf.cluster.spec import (
-    ENV_CHECKPOINT_DIR,
-    ENV_CLUSTER_ID,
-    ENV_SHARD_PLAN,
-    ENV_TENSORBOARD_DIR,
-    Mode,
-)
+from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime import ending, progress, timeline
+from ignite_tf.runtime import ending, timeline
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
@@ -93,7 +88,7 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
 
         write_feed(epochs, batch_size=batch_size, label=label_column, features=features, worker=info.index,
                    shuffle_buffer=shuffle_buffer, log=_log)
-    progress.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
+    contract.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     tf = import_tf()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -418,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     features = _features(args.features)
-    progress.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
+    contract.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
         timeline.mark("runtime_started", show=info.is_chief)
@@ -443,5 +438,5 @@ def main(argv: list[str] | None = None) -> int:
 def exit_with(code: int) -> None:
     """A task ends at once, its output flushed: TensorFlow's threads and exit handlers could otherwise hold it
     (see ``ignite_tf.runtime.ending``)."""
-    ending.exit_now(code)
+    contract.exit_now(code)
 

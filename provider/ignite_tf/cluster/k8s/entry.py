@@ -1,7 +1,7 @@
 """``python -m ignite_tf.cluster.k8s.entry CWD -- ARGV...``: a task pod's first process.
 
 Does in the pod what the local supervisor does for a child process: the task's working folder, the
-``taskboot`` ``sitecustomize`` first on ``PYTHONPATH`` (an uncaught exception ends the task at once), the job
+contract's ``taskboot`` first on ``PYTHONPATH`` (an uncaught exception ends the task at once), the job
 folder importable, then ``exec`` of the task's command (the container's main process, so its exit status
 and signals are the pod's).
 """
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-TASKBOOT_DIR = str(Path(__file__).resolve().parents[2] / "resources" / "taskboot")
+from ignite_tf.contract import ENV_JOB_DIR, ENV_PROGRESS_FILE, TASKBOOT_DIR
 
 
 def main(argv: list[str]) -> None:
@@ -21,10 +21,9 @@ def main(argv: list[str]) -> None:
     cwd, command = argv[0], argv[2:]
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
-    for var in ("IGNITE_TF_PROGRESS_FILE",):
-        if os.environ.get(var):
-            Path(os.environ[var]).parent.mkdir(parents=True, exist_ok=True)
-    job_dir = os.environ.get("IGNITE_TF_JOB_DIR")
+    if os.environ.get(ENV_PROGRESS_FILE):
+        Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
+    job_dir = os.environ.get(ENV_JOB_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, job_dir, os.environ.get("PYTHONPATH")]))
     sys.stdout.flush()
     os.execvp(command[0], command)

@@ -1,7 +1,7 @@
 """KubernetesLauncher: the ``Launcher`` whose tasks are pods (``launcher: kubernetes``).
 
-Like the local launcher it starts a detached supervisor process — the pod supervisor
-(``ignite_tf.cluster.k8s.supervisor``) — and keeps the cluster's state in the same store, so ``ps``,
+Like the local launcher it starts a detached supervisor process — the supervision loop with the pod backend
+(``ignite_tf.cluster.k8s.pods``) — and keeps the cluster's state in the same store, so ``ps``,
 ``attach``, ``stop``, the operator and the trigger work unchanged. It talks to Kubernetes only through
 Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
 gets that connection, resolved here, through its environment.
@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.k8s import objects, pods
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings
-from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
+from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore
@@ -85,11 +85,14 @@ def connection_env(conn_id: str, environ=None) -> dict[str, str]:
     return env
 
 
-class KubernetesLauncher(LocalLauncher):
-    """Tasks as pods next to their data.
+class KubernetesLauncher(SupervisedLauncher):
+    """Tasks as pods next to their data. Its supervisor starts pods, which need the plan's workers and hosts:
+    nothing starts before the plan (``Launcher.launching``).
 
     :param settings: ``KubernetesSettings`` (or its dict): namespace, image, resources, placement...
     """
+
+    state_timeout_s = STATE_TIMEOUT_S
 
     def __init__(self, store: StateStore, conn=None, settings: KubernetesSettings | dict | None = None,
                  on_lost=None):
@@ -104,25 +107,18 @@ class KubernetesLauncher(LocalLauncher):
         except Exception:  # noqa: BLE001 - no connection: the default namespace
             return "default"
 
-    def launch(self, spec: ClusterSpec, timeout: float = STATE_TIMEOUT_S) -> ClusterState:
-        existing = self.store.get(spec.cluster_id)
-        if existing is not None and not existing.status.final and self.is_alive(existing):
-            return existing
+    def prepare(self, spec: ClusterSpec) -> None:
+        """Pod addresses in the spec, the job folder in the run folder, the pod backend's settings beside."""
         image = self.settings.image or default_image()  # before anything talks to Kubernetes
         namespace = self.namespace()
         run_dir = Path(spec.run_dir)
         _share_job_dir(spec, run_dir)
         objects.with_pod_addresses(spec, namespace, self.settings)
-        (run_dir / "k8s.json").write_text(json.dumps({
+        spec.folder.kubernetes.write_text(json.dumps({
             "settings": self.settings.to_dict(), "namespace": namespace, "image": image}, indent=2))
-        return super().launch(spec, timeout)
 
-    # Its supervisor starts pods, which need the plan's workers and hosts: nothing to start before the plan.
-    launching = Launcher.launching
-
-    def supervisor_command(self, spec_path) -> list[str]:
-        return [sys.executable, "-m", "ignite_tf.cluster.k8s.supervisor", str(spec_path),
-                str(spec_path.parent / "k8s.json")]
+    def supervisor_command(self, spec: ClusterSpec) -> list[str]:
+        return [sys.executable, "-m", pods.MODULE, str(spec.folder.spec), str(spec.folder.kubernetes)]
 
     def supervisor_env(self, spec: ClusterSpec, environ: dict[str, str] | None = None) -> dict[str, str]:
         env = super().supervisor_env(spec, environ)

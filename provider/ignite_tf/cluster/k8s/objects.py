@@ -130,7 +130,7 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never", "hostname": task.name, "subdomain": service_name(spec.cluster_id),
-        "enableServiceLinks": False, "terminationGracePeriodSeconds": int(spec.grace_period_s),
+        "enableServiceLinks": False, "terminationGracePeriodSeconds": int(spec.supervision.grace_period_s),
         "containers": [container], "volumes": volumes,
     }
     if settings.host_network:

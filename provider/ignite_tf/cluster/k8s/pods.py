@@ -1,13 +1,13 @@
-"""The pod supervisor: the local supervisor's rules, applied to pods.
+"""The pod backend: a cluster's tasks as pods, supervised by the same loop and policy as local processes.
 
-``python -m ignite_tf.cluster.k8s.supervisor CLUSTER_JSON K8S_JSON`` (started detached by
-``KubernetesLauncher``, so it outlives the CLI or Airflow task that started it). It creates the cluster's
-owner ConfigMap, the Secret and the headless Service, then one pod per task, and supervises them as
-``Supervisor`` supervises processes: sync restarts everything on any failure, async restarts a failed
-worker alone and everything when the chief or a ps fails, under the restart policy; a start-up deadline that
-names why a pod is not up (the scheduler's reason for a Pending pod, an image that cannot be pulled); a grace
-period on stop; parameter servers stopped when the chief ends. Pods run with ``restartPolicy: Never``: the
-kubelet never restarts a task behind the supervisor's back.
+``python -m ignite_tf.cluster.k8s.pods CLUSTER_JSON K8S_JSON`` (started detached by ``KubernetesLauncher``,
+so it outlives the CLI or Airflow task that started it) runs ``Supervisor`` (``ignite_tf.cluster.supervision``)
+with this backend. It creates the cluster's owner ConfigMap, the Secret and the headless Service, then one
+pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
+the supervisor's back, evicted, or on a lost node); a pod not up says why (the scheduler's reason for a
+Pending pod, an image that cannot be pulled) for the start-up deadline's message; an OOMKilled pod names its
+limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
+behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
 Airflow task log show), so logs outlive the pods. When the supervisor ends — success, failure or stop — it
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -32,14 +31,16 @@ from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
-from ignite_tf.cluster.state import ExitCode, StateStore, Status, store_from_env
-from ignite_tf.cluster.supervisor import Supervisor
+from ignite_tf.cluster.state import ExitCode, store_from_env
+from ignite_tf.cluster.supervision.loop import Backend, SetupError, Supervisor
+from ignite_tf.cluster.supervision.policy import Observation
+from ignite_tf.contract import ENV_JOB_DIR, ENV_STATE_STORE, STORE_ENV
 
+MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
-JOB_DIR_ENV = "IGNITE_TF_JOB_DIR"
 OWNER_CHECK_S = 2.0
-STORE_ENV = ("IGNITE_TF_STATE_STORE", "IGNITE_TF_CLUSTER_STATE")
+LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 
 
 def pod_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
@@ -53,19 +54,19 @@ def api_exception():
     return ApiException
 
 
-class PodSupervisor(Supervisor):
+class PodBackend(Backend):
+    """Tasks as pods in ``namespace``, from ``image``, with ``settings``; ``core``: a CoreV1Api (default
+    from Airflow's ``KubernetesHook`` on ``settings.conn_id``)."""
+
     poll_s = LIST_EVERY_S
 
-    def __init__(self, spec: ClusterSpec, store: StateStore, settings: KubernetesSettings, namespace: str,
-                 image: str, core=None):
-        super().__init__(spec, store, pod_command)
+    def __init__(self, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str, core=None):
+        super().__init__(spec)
         self.settings, self.namespace, self.image = settings, namespace, image
-        self.state.launcher = {"kind": LauncherKind.KUBERNETES.value, "namespace": namespace, "owner": spec.cluster_id,
-                               "conn_id": settings.conn_id}
+        self.command_for = pod_command
         self.attempts: dict[str, int] = {}
         self.current: dict[str, str] = {}  # task -> its pod's name
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
-        self.started_at: dict[str, float] = {}
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
         self.owner: dict[str, Any] | None = None
@@ -84,8 +85,19 @@ class PodSupervisor(Supervisor):
 
         return KubernetesHook(conn_id=self.settings.conn_id).core_v1_client
 
+    def launcher_info(self) -> dict[str, Any]:
+        return {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
+                "conn_id": self.settings.conn_id}
+
     # -- set-up and clean-up -------------------------------------------------------------------------------
     def prepare(self) -> None:
+        self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
+        try:
+            self._create_objects()
+        except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
+            raise SetupError(f"creating the cluster's Kubernetes objects failed: {_short(exc)}") from exc
+
+    def _create_objects(self) -> None:
         self._create_owner()
         meta = {"metadata": {"name": self.owner["name"], "uid": self.owner["uid"]}}
         self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
@@ -146,7 +158,7 @@ class PodSupervisor(Supervisor):
                 return left
             time.sleep(0.5)
 
-    def cleanup(self) -> None:
+    def release(self) -> None:
         """Delete the owner (garbage-collecting everything) and wait until nothing of the cluster is left."""
         if self.cleaned:
             return
@@ -173,8 +185,6 @@ class PodSupervisor(Supervisor):
                 self._owner_checked = 0.0  # a pod deleted behind our back: first see whether the owner went
             if pod is None:
                 continue
-            if pod.spec.node_name:
-                self.tstate(task).host = pod.spec.node_name
             if _started(pod) and pod.metadata.name not in self.followers:
                 self._follow(task, pod.metadata.name)
         self._record_placement()
@@ -215,18 +225,14 @@ class PodSupervisor(Supervisor):
         self.placement_done = True
         self.event(placement.describe(result))
 
-    def start_task(self, task: ClusterTask) -> None:
+    def start(self, task: ClusterTask, attempt: int) -> int:
         n = self.attempts.get(task.name, -1) + 1
         self.attempts[task.name] = n
-        Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
-        progress = Path(self.spec.progress_path(task))
-        progress.parent.mkdir(parents=True, exist_ok=True)
-        progress.unlink(missing_ok=True)
-        env = self.spec.task_env(task, self.attempt)
+        env = self.spec.task_env(task, attempt)
         # The runtime reports epochs to the same state store (its connection comes from the Secret).
         env.update({k: os.environ[k] for k in STORE_ENV if k in os.environ})
         if self.spec.job.get("job_dir"):
-            env[JOB_DIR_ENV] = self.spec.job["job_dir"]
+            env[ENV_JOB_DIR] = self.spec.job["job_dir"]
         node = None
         if task.role is Role.WORKER and task.index < len(self.wanted):
             node = self.wanted[task.index]
@@ -236,9 +242,7 @@ class PodSupervisor(Supervisor):
             cwd=task_cwd(self.spec, task), env=env, node=node, memory=self.memory)
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
-        self.started_at[task.name] = time.monotonic()
-        ts = self.tstate(task)
-        ts.pid, ts.state, ts.exit_code = 0, "starting", None
+        return 0
 
     def _pod(self, task: ClusterTask):
         return self.pods.get(self.current.get(task.name, ""))
@@ -263,13 +267,7 @@ class PodSupervisor(Supervisor):
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
 
-    def kill_task(self, task: ClusterTask, grace: float) -> None:
-        self.stop_tasks([task], grace)
-
-    def stop_all(self, grace: float | None = None) -> None:
-        self.stop_tasks(self.spec.tasks, self.spec.grace_period_s if grace is None else grace)
-
-    def stop_tasks(self, tasks: list[ClusterTask], grace: float) -> None:
+    def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
         names = [self.current[t.name] for t in tasks if t.name in self.current]
         self._delete(names, grace)
         self._wait_pods_gone(names, grace + 30)
@@ -277,36 +275,33 @@ class PodSupervisor(Supervisor):
             follower = self.followers.get(name)
             if follower is not None:
                 follower.join(timeout=5)
-        for t in tasks:
-            ts = self.tstate(t)
-            if ts.state in ("starting", "running"):
-                ts.state = "killed"
+        return {}
 
-    # -- hooks of Supervisor -------------------------------------------------------------------------------
-    def poll_task(self, task: ClusterTask) -> int | None:
+    def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
         pod = self._pod(task)
+        code = self._exit_code(task, pod)
+        up = starting and code is None and pod is not None and any(
+            c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        return Observation(task.name, code, up=up,
+                           detail=self._exit_detail(task) if code not in (None, 0) else "",
+                           waiting=self._waiting_reason(task) if starting and not up else "",
+                           host=pod.spec.node_name or "" if pod is not None else "")
+
+    def _exit_code(self, task: ClusterTask, pod) -> int | None:
         if pod is None:
-            return 137 if task.name in self.current else None  # deleted by someone else, and already gone
+            return LOST if task.name in self.current else None  # deleted by someone else, and already gone
         term = _terminated(pod)
         if term is not None:
             return int(term.exit_code)
         if pod.metadata.deletion_timestamp and pod.metadata.name not in self.ours_deleted:
-            return 137
+            return LOST
         if pod.status.phase == "Failed":  # evicted, node lost: no container status to read
-            return 137
+            return LOST
         if pod.status.phase == "Succeeded":
             return 0
         return None
 
-    def task_up(self, task: ClusterTask) -> bool:
-        pod = self._pod(task)
-        return pod is not None and any(c.type == "Ready" and c.status == "True"
-                                       for c in pod.status.conditions or [])
-
-    def task_pid(self, task: ClusterTask) -> int:
-        return 0
-
-    def exit_detail(self, task: ClusterTask, code: int) -> str:
+    def _exit_detail(self, task: ClusterTask) -> str:
         pod = self._pod(task)
         name = self.current.get(task.name, "?")
         if pod is None or (pod.metadata.deletion_timestamp and name not in self.ours_deleted):
@@ -321,7 +316,7 @@ class PodSupervisor(Supervisor):
                     f"raise kubernetes.resources.limits.memory or lower batch_size")
         return f"{where}: {term.reason or 'terminated'}"
 
-    def waiting_reason(self, task: ClusterTask) -> str:
+    def _waiting_reason(self, task: ClusterTask) -> str:
         pod = self._pod(task)
         if pod is None:
             return "no pod"
@@ -333,23 +328,17 @@ class PodSupervisor(Supervisor):
                 return f"{cs.state.waiting.reason}: {cs.state.waiting.message or ''}".strip(": ")
         return f"{pod.status.phase}, not listening on port {task.port} yet"
 
-    def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
-        # Everything is deleted before the end is recorded: whoever sees the final state finds nothing left.
-        self.stop_all()
-        self.cleanup()
-        return super().finish(status, code, reason)
-
-    def _stop_requested(self) -> bool:
-        if super()._stop_requested():
-            return True
+    def lost(self) -> str | None:
         now = time.monotonic()
         if now - self._owner_checked >= OWNER_CHECK_S:
             self._owner_checked = now
             if not self._owner_alive():
-                self.event(f"ConfigMap {self.spec.cluster_id} (the owner of every object of this cluster) was "
-                           f"deleted: stopping")
-                self.terminating = True
-        return self.terminating
+                return (f"ConfigMap {self.spec.cluster_id} (the owner of every object of this cluster) was "
+                        f"deleted: stopping")
+        return None
+
+    def close(self) -> None:
+        self.release()
 
     def _owner_alive(self) -> bool:
         ApiException = api_exception()
@@ -360,33 +349,6 @@ class PodSupervisor(Supervisor):
                 return False
             return True  # an API hiccup is not a deletion
         return cm.metadata.uid == self.owner["uid"] and not cm.metadata.deletion_timestamp
-
-    # -- main loop -----------------------------------------------------------------------------------------
-    def step(self) -> ExitCode | None:
-        self.refresh()
-        return super().step()
-
-    def run(self) -> ExitCode:
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
-        Path(self.spec.run_dir, "logs").mkdir(parents=True, exist_ok=True)
-        self.save(force=True)  # the launcher returns once this is recorded
-        try:
-            self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
-            self.prepare()
-        except Exception as exc:  # noqa: BLE001 - record why, delete what was made
-            self.cleanup()
-            self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
-            self.state.reason = f"creating the cluster's Kubernetes objects failed: {_short(exc)}"
-            self.state.finished_at = time.time()
-            self.event(self.state.reason)
-            self.save(force=True)
-            return ExitCode.INTERNAL_ERROR
-        try:
-            return super().run()
-        finally:
-            self.cleanup()
-            self.save(force=True)
 
 
 def _started(pod) -> bool:
@@ -422,17 +384,17 @@ def _short(exc: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m ignite_tf.cluster.k8s.supervisor CLUSTER_JSON K8S_JSON", file=sys.stderr)
+        print(f"usage: python -m {MODULE} CLUSTER_JSON K8S_JSON", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
     spec = ClusterSpec.load(argv[0])
     k8s = json.loads(Path(argv[1]).read_text())
     store = store_from_env()
     if store is None:
-        print("error: no state store configured (IGNITE_TF_STATE_STORE)", file=sys.stderr)
+        print(f"error: no state store configured ({ENV_STATE_STORE})", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
     try:
-        sup = PodSupervisor(spec, store, KubernetesSettings.parse(k8s["settings"]), k8s["namespace"], k8s["image"])
-        return int(sup.run())
+        backend = PodBackend(spec, KubernetesSettings.parse(k8s["settings"]), k8s["namespace"], k8s["image"])
+        return int(Supervisor(spec, store, backend).run())
     finally:
         store.close()
 

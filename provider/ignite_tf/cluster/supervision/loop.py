@@ -1,0 +1,314 @@
+"""The supervision loop: observe the tasks through a backend, ask the policy, carry out its decision.
+
+``Supervisor(spec, store, backend).run()`` is the whole life of a cluster: it records the state (the launcher
+returns once it is recorded), lets the backend prepare (a fork server; Kubernetes objects), starts every
+task, then polls — a stop request (SIGTERM, the state store, the backend's own reason), each task's
+``Observation``, the policy's ``Decision`` — until the policy finishes the cluster. On its way out every task
+is stopped (SIGTERM, ``grace_period_s``, then SIGKILL) and the final state is recorded; it returns the
+``ExitCode``.
+
+A backend (``Backend``) knows how to start, observe and stop one kind of task: local processes
+(``processes.py``) or pods (``ignite_tf.cluster.k8s.pods``). It knows nothing of the rules.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
+from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
+from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
+from ignite_tf.contract import read_progress
+
+HEARTBEAT_S = 2.0
+STORE_POLL_S = 1.0
+WATCH_EVERY_S = 1.0  # progress reports are read at most this often
+
+
+class SetupError(Exception):
+    """A backend could not prepare the cluster (its message is the cluster's reason)."""
+
+
+class Backend(ABC):
+    """Starts, observes and stops the tasks of one cluster; ``host`` (the loop) takes its events."""
+
+    poll_s: float = 0.2
+    """Seconds between polls."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.host: Supervisor | None = None
+
+    def launcher_info(self) -> dict[str, Any]:
+        """Where the tasks run beyond this machine, kept in the state (``ClusterState.launcher``)."""
+        return {}
+
+    def event(self, message: str) -> None:
+        if self.host is not None:
+            self.host.event(message)
+
+    def prepare(self) -> None:  # noqa: B027 - a backend with nothing to prepare needs nothing here
+        """Before the first task starts; raise ``SetupError`` to end the cluster with its message."""
+
+    @abstractmethod
+    def start(self, task: ClusterTask, attempt: int) -> int:
+        """Start ``task`` (the cluster's ``attempt``-th start); its pid, 0 where there is none."""
+
+    def refresh(self) -> None:  # noqa: B027 - backends that observe tasks one by one need nothing here
+        """Once per poll, before the tasks are observed."""
+
+    @abstractmethod
+    def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
+        """How ``task`` is now; ``up`` (and ``waiting``) are asked only while it is ``starting``."""
+
+    def progress(self, task: ClusterTask) -> dict[str, Any] | None:
+        """The task's last progress report (the run folder is where every backend's tasks write it)."""
+        return read_progress(self.spec.progress_path(task))
+
+    @abstractmethod
+    def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
+        """End ``tasks`` (SIGTERM, ``grace`` seconds, then SIGKILL) and wait for them; the exit statuses known."""
+
+    def lost(self) -> str | None:
+        """A reason to stop that is not a stop request (a pod backend's owner deleted); None to go on."""
+        return None
+
+    def release(self) -> None:  # noqa: B027 - only backends with objects of their own need it
+        """Before the final state is recorded: delete what the cluster made, so whoever sees the end finds
+        nothing left."""
+
+    def close(self) -> None:  # noqa: B027 - only backends holding something need it
+        """When the supervisor ends, however it ends."""
+
+
+class Supervisor:
+    """Drives ``backend`` with ``Policy(spec)``, recording the cluster's state in ``store``."""
+
+    def __init__(self, spec: ClusterSpec, store: StateStore, backend: Backend):
+        self.spec, self.store, self.backend = spec, store, backend
+        self.policy = Policy(spec)
+        backend.host = self
+        self.terminating = False
+        self.attempt = 0
+        self.attempt_started = time.monotonic()
+        self.state = ClusterState(
+            cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_dir,
+            tasks=[TaskState(t.role.value, t.index, t.host, t.port, log=spec.log_path(t)) for t in spec.tasks],
+            supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
+            labels=dict(spec.labels), launcher=backend.launcher_info(),
+        )
+        self._last_put = 0.0
+        self._last_store_poll = 0.0
+        self._last_watch = 0.0
+
+    # -- records -------------------------------------------------------------------------------------------
+    def tstate(self, task: ClusterTask | str) -> TaskState:
+        name = task if isinstance(task, str) else task.name
+        return next(s for s in self.state.tasks if s.name == name)
+
+    def event(self, message: str) -> None:
+        """A supervisor event, written to its own log and into the chief's output (what `attach` streams)."""
+        line = f"[ignite-tf {time.strftime('%H:%M:%S')}] {message}\n"
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        with open(self.spec.log_path(self.spec.chief), "a") as f:
+            f.write(line)
+
+    def save(self, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._last_put >= HEARTBEAT_S:
+            self.state.heartbeat = now
+            try:
+                self.store.put(self.state)
+            except Exception as exc:  # noqa: BLE001 - keep supervising; the store may come back
+                sys.stdout.write(f"[ignite-tf] could not record state: {exc}\n")
+            self._last_put = now
+
+    def beat(self) -> bool:
+        """For a backend that waits: record the state (a heartbeat) and say whether to give up (a stop)."""
+        self.save()
+        return self.stop_requested()
+
+    # -- mechanics -----------------------------------------------------------------------------------------
+    def start_task(self, task: ClusterTask) -> None:
+        Path(self.spec.task_dir(task)).mkdir(parents=True, exist_ok=True)
+        progress = Path(self.spec.progress_path(task))
+        progress.parent.mkdir(parents=True, exist_ok=True)
+        progress.unlink(missing_ok=True)  # a new attempt is watched from its own first report
+        pid = self.backend.start(task, self.attempt)
+        ts = self.tstate(task)
+        ts.pid, ts.state, ts.exit_code = pid, TaskStatus.STARTING, None
+
+    def start_all(self) -> None:
+        for task in self.spec.tasks:
+            self.start_task(task)
+        self.attempt_started = time.monotonic()
+        self.state.status = Status.STARTING
+        self.save(force=True)
+
+    def stop_tasks(self, tasks: list[ClusterTask], grace: float | None = None) -> None:
+        codes = self.backend.stop(tasks, self.spec.supervision.grace_period_s if grace is None else grace)
+        for t in tasks:
+            ts = self.tstate(t)
+            if ts.state in (TaskStatus.STARTING, TaskStatus.RUNNING):
+                ts.state = TaskStatus.KILLED
+            if codes.get(t.name) is not None:
+                ts.exit_code = codes[t.name]
+
+    def stop_all(self, grace: float | None = None) -> None:
+        self.stop_tasks(self.spec.tasks, grace)
+
+    def restart_cluster(self, why: str) -> None:
+        limit = self.spec.supervision.max_restarts
+        self.state.restarts += 1
+        self.attempt += 1
+        self.event(f"{why}: restarting the whole cluster from the latest checkpoint "
+                   f"(restart {self.state.restarts}/{limit})")
+        self.state.status = Status.RESTARTING
+        self.save(force=True)
+        self.stop_all()
+        for ts in self.state.tasks:
+            ts.restarts += 1
+        self.start_all()
+
+    def restart_task(self, task: ClusterTask, why: str) -> None:
+        self.state.restarts += 1
+        self.tstate(task).restarts += 1
+        self.event(f"{why}: restarting {task.name} alone; training goes on "
+                   f"(restart {self.state.restarts}/{self.spec.supervision.max_restarts})")
+        self.stop_tasks([task], 0)
+        self.start_task(task)
+        self.save(force=True)
+
+    def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
+        self.stop_all()
+        self.backend.release()
+        self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
+        self.state.finished_at = time.time()
+        self.event(f"cluster {self.spec.cluster_id} {status.value}: {reason}")
+        self.save(force=True)
+        return code
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def run(self) -> ExitCode:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
+            try:
+                self.backend.prepare()
+            except SetupError as exc:
+                return self._abort(str(exc))
+            self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
+                       + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
+            self.start_all()
+            while True:
+                outcome = self.step()
+                if outcome is not None:
+                    return outcome
+                time.sleep(self.backend.poll_s)
+        except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
+            self.stop_all(grace=0)
+            self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
+            self.state.reason = f"supervisor error: {exc!r}"
+            self.state.finished_at = time.time()
+            self.save(force=True)
+            raise
+        finally:
+            self.backend.close()
+            self.save(force=True)
+
+    def step(self) -> ExitCode | None:
+        self.backend.refresh()
+        if self.stop_requested():
+            return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
+        seen, ended = self.observe()
+        decision = self.policy.decide(self.state, seen, ended, now=time.time(),
+                                      since_start=time.monotonic() - self.attempt_started)
+        return self.act(decision)
+
+    def observe(self) -> tuple[dict[str, Observation], list[str]]:
+        """Observe every task and record what changed; the tasks that ended at this poll, in order."""
+        now = time.time()
+        watch = bool(self.spec.supervision.progress_timeout_s) and now - self._last_watch >= WATCH_EVERY_S
+        if watch:
+            self._last_watch = now
+        seen: dict[str, Observation] = {}
+        ended: list[str] = []
+        for task in self.spec.tasks:
+            ts = self.tstate(task)
+            o = self.backend.observe(task, starting=ts.state is TaskStatus.STARTING)
+            if watch and o.exit_code is None and ts.state in (TaskStatus.STARTING, TaskStatus.RUNNING):
+                o = replace(o, progress=self.backend.progress(task))
+            seen[task.name] = o
+            if o.host:
+                ts.host = o.host
+            if o.exit_code is None:
+                if ts.state is TaskStatus.STARTING and o.up:
+                    ts.state = TaskStatus.RUNNING
+            elif ts.state in (TaskStatus.STARTING, TaskStatus.RUNNING):
+                ts.exit_code = o.exit_code
+                ts.state = TaskStatus.EXITED if o.exit_code == 0 else TaskStatus.FAILED
+                ended.append(task.name)
+        return seen, ended
+
+    def act(self, decision: Decision) -> ExitCode | None:
+        for note in decision.notes:
+            self.event(note)
+        if isinstance(decision, Finish):
+            if decision.failure is not None:
+                self.state.failures.append({**decision.failure, "time": time.time()})
+            return self.finish(decision.status, decision.code, decision.reason)
+        if isinstance(decision, Restart):
+            self.state.failures.append({**decision.failure, "time": time.time()})
+            if decision.task is None:
+                self.restart_cluster(decision.why)
+            else:
+                self.restart_task(self.spec.task(decision.task), decision.why)
+            return None
+        if isinstance(decision, AllUp):
+            self.state.status = Status.RUNNING
+            self.event(f"all {len(self.spec.tasks)} tasks up after {decision.after_s:.1f}s")
+            self.save(force=True)
+            return None
+        assert isinstance(decision, GoOn), decision
+        self.save()
+        return None
+
+    def stop_requested(self) -> bool:
+        if self.terminating:
+            return True
+        now = time.monotonic()
+        if now - self._last_store_poll >= STORE_POLL_S:
+            self._last_store_poll = now
+            try:
+                self.terminating = self.store.stop_requested(self.spec.cluster_id)
+            except Exception:  # noqa: BLE001 - an unreachable store is not a stop request
+                pass
+        if not self.terminating:
+            why = self.backend.lost()
+            if why:
+                self.event(why)
+                self.terminating = True
+        return self.terminating
+
+    def _abort(self, reason: str) -> ExitCode:
+        """End a cluster whose backend could not prepare it: nothing started, what was made is deleted."""
+        self.backend.release()
+        self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
+        self.state.reason, self.state.finished_at = reason, time.time()
+        self.event(reason)
+        self.save(force=True)
+        return ExitCode.INTERNAL_ERROR
+
+    def _on_term(self, signum, frame) -> None:
+        self.terminating = True
