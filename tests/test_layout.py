@@ -26,8 +26,8 @@ WHOLE = {
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
     "ignite_tf.runtime.train": "what one task of a cluster runs, from its command line to the saved model",
-    "ignite_tf.cluster.supervisor": "not whole: restart policy and process backend, split apart by issue 23",
-    "ignite_tf.cluster.k8s.supervisor": "not whole: restart policy and pod backend, split apart by issue 23",
+    "ignite_tf.cluster.k8s.pods": "one class, PodBackend: the cluster's Kubernetes objects, its pods' start, "
+                                  "observation, logs and deletion, and the pod supervisor's entry point",
 }
 
 
