@@ -119,11 +119,9 @@ def direct_run(conn, dag, train_task, conf: dict, run_root: Path, index: int, qu
     state = None
     started_wall, started = time.time(), time.perf_counter()
     try:
-        progress = {} if op.progress_timeout_s is None else {"progress_timeout_s": float(op.progress_timeout_s)}
         state = start_cluster(op.cache, job, conn=conn, mode=op.mode, workers=int(op.workers), ps=int(op.ps),
-                              max_restarts=int(op.max_restarts), startup_deadline_s=float(op.startup_deadline_s),
-                              restart_policy=op.restart_policy or None, env=op.env, cluster_id=cluster_id,
-                              run_root=run_root, launcher=launcher, **progress)
+                              supervision=op.supervision_settings(), env=op.env, cluster_id=cluster_id,
+                              run_root=run_root, launcher=launcher)
         # The CLI's poll; no faster, as each poll costs CPU (here and in Ignite) that training would miss.
         state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)
         # The supervisor stamps the moment the cluster ended: the end without the poll's granularity.
