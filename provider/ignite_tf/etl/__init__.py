@@ -20,22 +20,14 @@ import sys
 import types
 import warnings
 
+from ignite_tf.exports import lazy_exports
+
 # Public name -> the submodule that defines it.
 _PUBLIC = {"load": "loader", "LoadReport": "loader"}
 
 __all__ = ["LoadReport", "load"]
 
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 
 
 class _OldLoadModule(types.ModuleType):

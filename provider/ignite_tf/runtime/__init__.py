@@ -16,21 +16,11 @@ supervisor and ``ignite_tf.data`` import its submodules, and TensorFlow is impor
 
 from __future__ import annotations
 
-import importlib
+from ignite_tf.exports import lazy_exports
 
 # Public name -> the submodule that defines it.
 _PUBLIC = {"strategy": "train", "serve": "train", "task_info": "task", "TaskInfo": "task"}
 
 __all__ = ["TaskInfo", "serve", "strategy", "task_info"]
 
-
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
