@@ -263,18 +263,13 @@ def _one_cluster(args: str) -> int:
 def bare_first_step(workers: int, tmp: Path) -> dict:
     """Launch ``bench/startup_bare.py`` (bare TensorFlow, MWMS, data in memory) as ``workers`` local processes
     and time launch -> the end of worker 0's first batch; every process is waited for, or killed."""
-    import socket
-
     from ignite_tf_dev.demo_data import N_CLASSES
 
     from ignite_tf.cluster.bytecode import with_bytecode_cache
+    from ignite_tf.ports import free_port
 
     mark = tmp / f"bare-{workers}-{time.monotonic_ns()}"
-    ports = []
-    for _ in range(workers):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [free_port() for _ in range(workers)]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     env = with_bytecode_cache({**os.environ, **BENCH_ENV})
     t0_wall = time.time()

@@ -41,7 +41,8 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
     model = tabular_classifier(n_features=len(features), n_classes=int(y.max()) + 1)
 
     def ignite_ds(epoch: int):
-        return itd.dataset(batch_size=BATCH, epoch=epoch, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
+        return itd.dataset(batch_size=BATCH, epoch=epoch, label_column="label", stack=True, cache=STEPS_CACHE,
+                           conn=conn)
 
     def memory_ds(_epoch: int):
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
@@ -129,6 +130,7 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
     (discovery each time).
     """
     import ignite_tf.data as itd
+    from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
     from ignite_tf.reader.partition import PartitionReader
 
     plan = itd.load_plan(cache=STEPS_CACHE, conn=conn)
@@ -150,14 +152,14 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
             keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
         started = time.perf_counter()
         n = sum(len(b["label"]) for b in itd.blocks(0, batch_size=BATCH, plan=plan, conn=conn, stack=features,
-                                                     columns=[*features, "label"], shuffle_buffer=10_000))
+                                                     columns=[*features, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))
         keep("blocks_rows_s", n / (time.perf_counter() - started), max)
         started = time.perf_counter()
         n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn,
-                                                      shuffle_buffer=10_000))
+                                                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))
         keep("batches_rows_s", n / (time.perf_counter() - started), max)
         started = time.perf_counter()
-        ds = itd.dataset(BATCH, 0, label="label", stack=True, cache=STEPS_CACHE, conn=conn)
+        ds = itd.dataset(BATCH, 0, label_column="label", stack=True, cache=STEPS_CACHE, conn=conn)
         keep("dataset_build_s", time.perf_counter() - started)
         started = time.perf_counter()
         n = sum(int(y.shape[0]) for _x, y in ds)
