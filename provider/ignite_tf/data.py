@@ -125,7 +125,7 @@ def shard(epoch: int = 0, *, worker: int | None = None, plan=None, cache: str | 
 def steps_per_epoch(batch_size: int, epoch: int = 0, *, plan=None) -> int:
     """Batches every worker can take in ``epoch``: the smallest shard decides (sync SGD needs equal steps)."""
     plan = load_plan(plan)
-    return max(1, min(s.rows for s in plan.shards(epoch)) // batch_size)
+    return max(1, min(plan.rows_per_worker(epoch)) // batch_size)
 
 
 def batches(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None, plan=None,

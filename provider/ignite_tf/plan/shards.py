@@ -95,6 +95,8 @@ class ShardPlan:
     # wanted and actual node, and the share of rows read locally (``ignite_tf.cluster.k8s.placement``).
     placement: dict[str, Any] | None = None
     _cache: dict[int, list[WorkerShard]] = field(default_factory=dict, repr=False, compare=False)
+    _next_to: list[frozenset[str]] | None = field(default=None, repr=False, compare=False)
+    _local_workers: list[list[int]] | None = field(default=None, repr=False, compare=False)
 
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
@@ -133,37 +135,98 @@ class ShardPlan:
     # -- per epoch ---------------------------------------------------------------------------------------
     def shards(self, epoch: int = 0) -> list[WorkerShard]:
         """All workers' shards for ``epoch`` (the same for every epoch when reshuffle is ``none``)."""
-        key = 0 if self.reshuffle is Reshuffle.NONE else int(epoch)
+        key = self._epoch_key(epoch)
         if key not in self._cache:
-            rng = np.random.default_rng([self.seed, key])
-            assigned = self._split(rng) if self.cuts is not None else self._deal(rng)
-            out = []
-            for w, slices in enumerate(assigned):
-                order = rng.permutation(len(slices)) if self.reshuffle is Reshuffle.EPOCH else range(len(slices))
-                slices = [slices[i] for i in order]
-                local = sum(s.rows for s in slices if self._is_local(w, s.partition))
-                out.append(WorkerShard(w, int(epoch), self.worker_hosts[w], slices, local))
-            self._cache[key] = out
+            self._cache[key] = self._compute(key, None)
         return [WorkerShard(s.worker, int(epoch), s.host, s.slices, s.local_rows) for s in self._cache[key]]
 
     def shard(self, worker: int, epoch: int = 0) -> WorkerShard:
+        """Worker ``worker``'s shard for ``epoch``: the same as ``shards(epoch)[worker]``, computed alone.
+
+        A worker needs only its own share each epoch; the deal still follows every worker's load (list
+        scheduling is sequential) but builds no other worker's read tasks, and the per-partition candidate
+        workers are worked out once per plan, not per epoch.
+        """
         if not 0 <= worker < self.workers:
             raise ConfigError(f"worker index {worker} is outside this plan's 0..{self.workers - 1}")
-        return self.shards(epoch)[worker]
+        key = self._epoch_key(epoch)
+        if key in self._cache:
+            s = self._cache[key][worker]
+        else:
+            s = self._compute(key, worker)[0]
+        return WorkerShard(worker, int(epoch), s.host, s.slices, s.local_rows)
+
+    def rows_per_worker(self, epoch: int = 0) -> list[int]:
+        """Planned rows of every worker in ``epoch`` (what ``steps_per_epoch`` needs), without the read tasks."""
+        key = self._epoch_key(epoch)
+        if key in self._cache:
+            return [s.rows for s in self._cache[key]]
+        rng = np.random.default_rng([self.seed, key])
+        if self.cuts is not None:
+            return [sum(t.rows for t in a) for a in self._split(rng)]
+        return [int(r) for r in self._deal(rng, None)[2]]
+
+    def _epoch_key(self, epoch: int) -> int:
+        return 0 if self.reshuffle is Reshuffle.NONE else int(epoch)
+
+    def _compute(self, key: int, only: int | None) -> list[WorkerShard]:
+        """Every worker's shard (``only`` None) or just worker ``only``'s, for epoch key ``key``.
+
+        One generator, seeded by ``(seed, key)``, draws the deal and then each worker's reading order in worker
+        order; computing one worker replays the earlier workers' draws (a permutation's draws depend only on
+        its length), so its shard is the one the whole plan gives it.
+        """
+        rng = np.random.default_rng([self.seed, key])
+        if self.cuts is not None:
+            assigned = self._split(rng)
+            counts = [len(a) for a in assigned]
+        else:
+            assigned, counts, _ = self._deal(rng, only)
+        workers = range(self.workers) if only is None else [only]
+        out = []
+        for w in workers:
+            slices = assigned[w]
+            if self.reshuffle is Reshuffle.EPOCH:
+                if only is not None:
+                    for v in range(w):
+                        rng.permutation(counts[v])
+                order = rng.permutation(len(slices))
+                slices = [slices[i] for i in order]
+            local = sum(s.rows for s in slices if self._is_local(w, s.partition))
+            out.append(WorkerShard(w, key, self.worker_hosts[w], slices, local))
+        return out
 
     def _is_local(self, worker: int, partition: int) -> bool:
-        host = self.worker_hosts[worker]
-        if host is None:
-            return False
-        node = self.partition_map.nodes.get(self.partition_map.primary[partition])
-        return node is not None and host in (node.host, node.consistent_id, node.node_id)
+        return self.partition_map.primary[partition] in self._worker_nodes()[worker]
 
-    def _deal(self, rng: np.random.Generator) -> list[list[ReadTask]]:
+    def _worker_nodes(self) -> list[frozenset[str]]:
+        """Per worker, the ids of the Ignite nodes it runs next to (by host, consistent id or node id)."""
+        if self._next_to is None:
+            nodes = self.partition_map.nodes.values()
+            self._next_to = [frozenset(n.node_id for n in nodes if h is not None and h in (n.host, n.consistent_id,
+                                                                                           n.node_id))
+                             for h in self.worker_hosts]
+        return self._next_to
+
+    def _candidates(self) -> list[list[int]]:
+        """Per partition, the workers next to its primary (the same every epoch: worked out once)."""
+        if self._local_workers is None:
+            by_node: dict[str, list[int]] = {}
+            for w, nodes in enumerate(self._worker_nodes()):
+                for n in nodes:
+                    by_node.setdefault(n, []).append(w)
+            self._local_workers = [by_node.get(n, []) for n in self.partition_map.primary]
+        return self._local_workers
+
+    def _deal(self, rng: np.random.Generator, only: int | None = None):
+        """(read tasks per worker, tasks per worker, rows per worker); with ``only``, only that worker's
+        tasks are made (the others' lists stay empty) but every worker's load is followed."""
         pm = self.partition_map
         # A local worker may fill up to the bound itself; anyone else receives only while at or below the
         # average (the least loaded worker always is), so no worker ends above average + largest partition.
         limit = pm.total_rows / self.workers + max(pm.rows)
-        load = np.zeros(self.workers, dtype=np.int64)
+        load = [0] * self.workers  # a list, not an array: its scalar reads are what this loop costs
+        counts = [0] * self.workers
         assigned: list[list[ReadTask]] = [[] for _ in range(self.workers)]
         # Any order keeps the bound (a worker only receives while at or below the average); a fixed plan
         # takes big partitions first for the smallest spread, a reshuffled one a fresh random order.
@@ -171,16 +234,19 @@ class ShardPlan:
             order = [int(p) for p in rng.permutation(pm.partitions)]
         else:
             order = sorted(range(pm.partitions), key=lambda p: -pm.rows[p])
-        local_workers = {p: [w for w in range(self.workers) if self._is_local(w, p)] for p in range(pm.partitions)}
+        local_workers = self._candidates()
         for p in order:
             rows = pm.rows[p]
             candidates = local_workers[p]
-            w = min(candidates, key=lambda x: (load[x], x)) if candidates else -1
+            # candidates ascend, so min() picks the lowest index among equally loaded workers (as argmin does)
+            w = min(candidates, key=load.__getitem__) if candidates else -1
             if w < 0 or load[w] + rows > limit:
-                w = int(np.argmin(load))
-            assigned[w].append(ReadTask(p, rows=rows))
+                w = load.index(min(load))
+            if only is None or w == only:
+                assigned[w].append(ReadTask(p, rows=rows))
+            counts[w] += 1
             load[w] += rows
-        return assigned
+        return assigned, counts, load
 
     def _split(self, rng: np.random.Generator) -> list[list[ReadTask]]:
         pm = self.partition_map
