@@ -166,13 +166,16 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
                          primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
                          layout=layout) as reader:
-        stream = _reported(reader.batches(my.read_tasks()), epoch)
-        if not shuffle_buffer:
-            yield from stream
-            return
-        rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker]
-                                    + ([iteration] if iteration else []))
-        yield from group(block_shuffle(stream, rng), max(1, block_rows // unit))
+        try:
+            stream = _reported(reader.batches(my.read_tasks()), epoch)
+            if not shuffle_buffer:
+                yield from stream
+                return
+            rng = np.random.default_rng([plan.seed if seed is None else seed, epoch, my.worker]
+                                        + ([iteration] if iteration else []))
+            yield from group(block_shuffle(stream, rng), max(1, block_rows // unit))
+        finally:
+            report_reads(reader, plan, my.worker, epoch)
 
 
 @_label_renamed
@@ -409,6 +412,38 @@ def epochs(n: int, *, start: int = 0, **kwargs) -> Iterator[tuple[int, object]]:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+def report_reads(reader, plan: ShardPlan, worker: int, epoch: int) -> dict | None:
+    """Add what ``reader`` read (rows per serving Ignite node, the share from this worker's own host or
+    Kubernetes node) to the cluster state of the cluster this process belongs to, if any. Never raises: a
+    measurement must not fail the training. Returns the record (None when nothing was read)."""
+    import logging
+
+    from ignite_tf.cluster.state import store_from_env
+    from ignite_tf.contract import ENV_CLUSTER_ID
+    from ignite_tf.reader.locality import ENV_NODE_NAME
+
+    if not reader.stats["rows_per_node"]:
+        return None
+    try:
+        node = os.environ.get(ENV_NODE_NAME) or None
+        ignite_nodes = (plan.placement or {}).get("ignite_nodes")
+        if node and not ignite_nodes and os.environ.get(ENV_SHARD_PLAN):
+            # The launcher records where the Ignite pods run once every worker pod is placed, after this
+            # worker may have loaded the plan: read the plan's placement again.
+            ignite_nodes = (ShardPlan.load(os.environ[ENV_SHARD_PLAN]).placement or {}).get("ignite_nodes")
+        record = reader.locality(kubernetes_node=node, ignite_nodes=ignite_nodes)
+        cluster_id, store = os.environ.get(ENV_CLUSTER_ID), store_from_env()
+        if cluster_id and store is not None:
+            try:
+                store.add_reads(cluster_id, worker, epoch, record)
+            finally:
+                store.close()
+        return record
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logging.getLogger(__name__).warning("could not record the reads of epoch %d: %s", epoch, exc)
+        return None
+
+
 def _reported(stream: Iterator[dict], epoch: int) -> Iterator[dict]:
     """Each block read is progress for the supervisor's watchdog (see ``ignite_tf.contract``)."""
     from ignite_tf import contract

@@ -7,7 +7,10 @@ Two stores with one interface:
 - ``LocalStateStore`` keeps JSON files in a state directory, the fallback without an Ignite connection.
 
 Per-epoch metrics are appended by the chief's runtime under their own keys, so the supervisor's writes of
-the main record and the runtime's metric reports never overwrite each other.
+the main record and the runtime's metric reports never overwrite each other. Likewise each worker adds what
+its reader measured (rows per serving Ignite node, the share from its own host or Kubernetes node: see
+:mod:`ignite_tf.reader.locality`) under its own key (``add_reads``); ``ClusterState.reads`` holds one
+running total per worker, ``measured_locality`` their sum.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from ignite_tf.contract import ENV_STATE_DIR, ENV_STATE_STORE
 from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.home import HomeFolder
+from ignite_tf.reader.locality import combine
 
 
 class Status(StrEnum):
@@ -140,6 +144,9 @@ class ClusterState:
     # Where the tasks run beyond this machine: {} for local processes; for pods {"kind": "kubernetes",
     # "namespace", "owner", "conn_id"}, so any process that stops the cluster can also delete its objects.
     launcher: dict[str, Any] = field(default_factory=dict)
+    # Per worker, the running total of its reads (``StateStore.add_reads``): rows, local_rows, by_node, passes
+    # (one per pass over its shard: an epoch, or each pass of a repeated dataset), last_epoch.
+    reads: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -159,6 +166,11 @@ class ClusterState:
     def last_epoch(self) -> dict[str, Any]:
         """The chief's last epoch report (``epoch``, ``epochs``, metrics...), or {} before the first one."""
         return self.epochs[-1] if self.epochs else {}
+
+    @property
+    def measured_locality(self) -> dict[str, Any] | None:
+        """All workers' reads together: rows, local_rows, by_node, locality (None before any read)."""
+        return combine(*self.reads)
 
     def heartbeat_stale(self, after_s: float = 30.0) -> bool:
         return not self.status.final and time.time() - self.heartbeat > after_s
@@ -182,6 +194,7 @@ class ClusterState:
             "reason": self.reason, "restarts": self.restarts, "epochs": len(self.epochs),
             "metrics": self.last_epoch, "run_dir": self.run_dir,
             "seconds": round(self.age_s, 2), "failures": self.failures[-5:],
+            "locality": {k: v for k, v in (self.measured_locality or {}).items() if k != "by_node"} or None,
         }
 
 
@@ -212,10 +225,33 @@ class StateStore(ABC):
     @abstractmethod
     def epochs(self, cluster_id: str) -> list[dict[str, Any]]: ...
 
+    @abstractmethod
+    def _worker_reads(self, cluster_id: str, worker: int) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def _put_worker_reads(self, cluster_id: str, worker: int, total: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def reads(self, cluster_id: str) -> list[dict[str, Any]]:
+        """Every worker's running total of reads, by worker index."""
+
+    def add_reads(self, cluster_id: str, worker: int, epoch: int, record: dict[str, Any]) -> None:
+        """Add what worker ``worker`` read in ``epoch`` (a ``ignite_tf.reader.locality.measure`` record) to its
+        running total. Each worker writes only its own key, so this read-add-write has a single writer."""
+        before = self._worker_reads(cluster_id, worker)
+        total = combine(before, record) or {}
+        total.update({"worker": int(worker), "passes": int((before or {}).get("passes", 0)) + 1,
+                      "last_epoch": {"epoch": int(epoch), **{k: v for k, v in record.items() if k != "by_node"}}})
+        for key in ("by", "where"):
+            if key in record:
+                total[key] = record[key]
+        self._put_worker_reads(cluster_id, worker, total)
+
     def get(self, cluster_id: str) -> ClusterState | None:
         state = self._get(cluster_id)
         if state is not None:
             state.epochs = self.epochs(cluster_id)
+            state.reads = self.reads(cluster_id)
         return state
 
     def require(self, cluster_id: str) -> ClusterState:
@@ -267,6 +303,8 @@ class LocalStateStore(StateStore):
     def delete(self, cluster_id: str) -> None:
         for suffix in (".json", ".stop", ".epochs.jsonl"):
             (self.dir / f"{cluster_id}{suffix}").unlink(missing_ok=True)
+        for path in self.dir.glob(f"{cluster_id}.w*.reads"):
+            path.unlink(missing_ok=True)
 
     def request_stop(self, cluster_id: str) -> None:
         (self.dir / f"{cluster_id}.stop").write_text(str(time.time()))
@@ -286,6 +324,27 @@ class LocalStateStore(StateStore):
             return []
         return [json.loads(line) for line in lines if line.strip()]
 
+    def _reads_path(self, cluster_id: str, worker: int) -> Path:
+        return self.dir / f"{cluster_id}.w{int(worker)}.reads"  # not *.json: ids() lists clusters by that
+
+    def _worker_reads(self, cluster_id: str, worker: int) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._reads_path(cluster_id, worker).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _put_worker_reads(self, cluster_id: str, worker: int, total: dict[str, Any]) -> None:
+        _write_atomic(self._reads_path(cluster_id, worker), json.dumps(total))
+
+    def reads(self, cluster_id: str) -> list[dict[str, Any]]:
+        out = []
+        for path in self.dir.glob(f"{cluster_id}.w*.reads"):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # removed or being replaced meanwhile
+        return sorted(out, key=lambda r: r.get("worker", 0))
+
 
 class IgniteStateStore(StateStore):
     """State in the project's system caches on the Ignite cluster (JSON strings keyed by cluster id)."""
@@ -293,6 +352,7 @@ class IgniteStateStore(StateStore):
     CLUSTERS = "ignite_tf_sys_clusters"
     STOPS = "ignite_tf_sys_stops"
     EPOCHS = "ignite_tf_sys_epochs"
+    READS = "ignite_tf_sys_reads"
 
     def __init__(self, conn):
         self.conn = conn
@@ -334,6 +394,7 @@ class IgniteStateStore(StateStore):
         epochs = self._cache(self.EPOCHS)
         n = len(self.epochs(cluster_id))
         epochs.remove_keys([f"{cluster_id}/{i:06d}" for i in range(n)] + [f"{cluster_id}/n"])
+        self._cache(self.READS).remove_keys([f"{cluster_id}/{r['worker']}" for r in self.reads(cluster_id)])
 
     def request_stop(self, cluster_id: str) -> None:
         self._cache(self.STOPS).put(cluster_id, str(time.time()))
@@ -355,6 +416,19 @@ class IgniteStateStore(StateStore):
             return []
         values = cache.get_all([f"{cluster_id}/{i:06d}" for i in range(n)])
         return [json.loads(values[k]) for k in sorted(values)]
+
+    def _worker_reads(self, cluster_id: str, worker: int) -> dict[str, Any] | None:
+        raw = self._cache(self.READS).get(f"{cluster_id}/{int(worker)}")
+        return json.loads(raw) if raw else None
+
+    def _put_worker_reads(self, cluster_id: str, worker: int, total: dict[str, Any]) -> None:
+        self._cache(self.READS).put(f"{cluster_id}/{int(worker)}", json.dumps(total))
+
+    def reads(self, cluster_id: str) -> list[dict[str, Any]]:
+        prefix = f"{cluster_id}/"
+        with self._cache(self.READS).scan(page_size=256) as cursor:
+            out = [json.loads(v) for k, v in cursor if isinstance(k, str) and k.startswith(prefix)]
+        return sorted(out, key=lambda r: r.get("worker", 0))
 
     def close(self) -> None:
         if self._client is not None:

@@ -4,6 +4,9 @@ The connection holds ``host`` (``h1:10800,h2:10800``; the ``port`` field fills i
 ``login``/``password`` and the extras listed under ``conn-fields`` in :func:`ignite_tf.get_provider_info`
 (``addresses`` instead of host, ``use_ssl``, ``ssl_*`` files, ``timeout``). Everything past the hook works on
 :class:`~ignite_tf.connection.IgniteConnectionConfig`, so the stage cores never see Airflow.
+
+The addresses are seeds: one (a Kubernetes Service, say) is enough. The client connects to every server the
+cluster lists (:mod:`ignite_tf.reader.servers`), so key operations and scans reach each key's primary node.
 """
 
 from __future__ import annotations
@@ -127,16 +130,28 @@ class IgniteHook(BaseHook):
 
     # -- client ----------------------------------------------------------------------------------------
     def get_conn(self) -> Client:
-        """A connected, partition-aware pyignite ``Client``, shared by later calls until :meth:`close`.
+        """A connected, partition-aware pyignite ``Client`` holding a connection to every server node found
+        from the configured addresses (seeds), shared by later calls until :meth:`close`.
 
         :raises IgniteUnavailableError: no node answered at the configured addresses.
         """
+        from ignite_tf.reader.servers import connect
+
         if self._client is None:
             config = self.get_config()
             self.log.info("Connecting to Apache Ignite (connection %s): %s", self.ignite_conn_id,
                           config.redacted())
-            self._client = config.client()
+            self._client = connect(config)[0]
         return self._client
+
+    def discover_servers(self, refresh: bool = False) -> list[dict[str, Any]]:
+        """Every server node of the cluster, as the cluster lists it: node id, consistent id, the thin-client
+        address this process reaches it at (None when none answered), and every address it lists."""
+        from ignite_tf.reader.servers import discover
+
+        return [{"node_id": s.node_id, "consistent_id": s.consistent_id,
+                 "address": f"{s.host}:{s.port}" if s.address else None, "addresses": list(s.addresses)}
+                for s in discover(self.get_config(), refresh=refresh)]
 
     def close(self) -> None:
         """Close the client opened by :meth:`get_conn`, if any."""
@@ -160,6 +175,8 @@ class IgniteHook(BaseHook):
         except Exception as exc:  # the UI shows the message; never a traceback
             return False, str(exc)
         self.log.info("Testing Apache Ignite connection %s: %s", self.ignite_conn_id, config.redacted())
+        from ignite_tf.reader.servers import server_nodes
+
         try:
             client = config.client()
         except Exception as exc:
@@ -168,6 +185,7 @@ class IgniteHook(BaseHook):
             with client.sql(SERVER_NODES_SQL) as cursor:
                 servers = next(iter(cursor))[0]
             unreachable = [f"{n.host}:{n.port}" for n in getattr(client, "_nodes", []) if not n.alive]
+            found = server_nodes(client)
         except Exception as exc:
             return False, (f"connected to {config.addresses_str} but the query {SERVER_NODES_SQL!r} failed "
                            f"({exc.__class__.__name__}: {exc})")
@@ -176,6 +194,12 @@ class IgniteHook(BaseHook):
         message = f"Connected to Apache Ignite at {config.addresses_str}: {servers} server node(s) in the cluster"
         if unreachable:
             message += f"; not reachable: {', '.join(unreachable)}"
+        reached = [f"{s.consistent_id} {s.host}:{s.port}" for s in found if s.address]
+        message += f"; thin-client addresses found: {', '.join(reached) or 'none'}"
+        missing = [s.consistent_id for s in found if not s.address]
+        if missing:
+            message += (f"; no listed address of {', '.join(missing)} answered from here (their scans go through "
+                        f"another node)")
         return True, message
 
     # -- connection form (Airflow < 3.2; newer UIs read conn-fields from the provider info) -------------

@@ -3,7 +3,8 @@
 ``PartitionMap.discover(conn, cache)`` asks the running cluster:
 - primaries from the thin-client affinity request (the mapping pyignite's partition awareness uses),
 - backups from the ``SYS.PARTITION_STATES`` view,
-- nodes (id, consistent id, host, thin-client port) from ``SYS.NODES`` and the client's connections,
+- nodes (id, consistent id, host, thin-client port) from ``SYS.NODES`` and each node's ``clientListenerPort``
+  attribute (:mod:`ignite_tf.reader.servers`): the connection's addresses are only seeds,
 - rows per partition, computed on the server with one ``GROUP BY`` over the partition of each key
   (the RendezvousAffinityFunction formula, for ``BIGINT`` keys of SQL tables), or by counting a scan of
   each partition otherwise.
@@ -22,6 +23,7 @@ from typing import Any
 
 from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, IgniteTFError, TopologyChangedError
+from ignite_tf.reader.servers import connect, server_nodes
 
 _U32 = 4294967296
 
@@ -144,7 +146,7 @@ class PartitionMap:
         :param count_rows: also count rows per partition (one server-side query for BIGINT-keyed tables).
         """
         own = client is None
-        client = client or conn.client()
+        client = client or connect(conn)[0]
         try:
             return _discover(client, cache, count_rows)
         finally:
@@ -205,14 +207,13 @@ def _cache_row(client, cache: str) -> list:
 
 
 def _server_nodes(client) -> dict[str, NodeInfo]:
-    """Server nodes by node id: SQL knows every one; the client's connections give the thin-client port."""
-    ports = {str(c.uuid): (c.host, c.port) for c in client._nodes if c.uuid is not None and c.alive}
+    """Server nodes by node id, each with the thin-client address this process reaches it at (``port`` None
+    when no address of the node answered)."""
     nodes: dict[str, NodeInfo] = {}
-    for node_id, consistent_id, addresses, order in sql(
-            client, "SELECT NODE_ID, CONSISTENT_ID, ADDRESSES, NODE_ORDER FROM SYS.NODES WHERE IS_CLIENT = FALSE"):
-        nid = str(node_id)
-        host, port = ports.get(nid, (_first_address(addresses), None))
-        nodes[nid] = NodeInfo(nid, str(consistent_id), host, port, int(order))
+    for s in server_nodes(client):
+        reached = s.address is not None
+        host = s.host if reached else _first_address(",".join(s.addresses))
+        nodes[s.node_id] = NodeInfo(s.node_id, s.consistent_id, host, s.port if reached else None, s.order)
     return nodes
 
 

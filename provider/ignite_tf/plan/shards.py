@@ -276,19 +276,41 @@ class ShardPlan:
         return _merge_wraparound(assigned)
 
     # -- reporting ---------------------------------------------------------------------------------------
-    def describe(self, epoch: int = 0) -> str:
+    def planned_locality(self, epoch: int = 0) -> float:
+        """The share of ``epoch``'s rows the plan gives to a worker on their primary's host (planned, not
+        measured: see ``describe(measured=...)``)."""
+        shards = self.shards(epoch)
+        rows = sum(s.rows for s in shards)
+        return sum(s.local_rows for s in shards) / rows if rows else 1.0
+
+    def describe(self, epoch: int = 0, measured: list[dict[str, Any]] | None = None) -> str:
+        """A per-worker table of ``epoch``: slices, rows, spread, the planned local share and, given the
+        workers' measured reads (``ClusterState.reads``), the measured one beside it."""
         shards = self.shards(epoch)
         average = self.partition_map.total_rows / self.workers
+        seen = {r.get("worker"): r.get("locality") for r in measured or []}
         lines = [
             f"ShardPlan of cache '{self.partition_map.cache}': {self.workers} worker(s), "
             f"{self.partition_map.total_rows} rows, {self.partition_map.partitions} partitions, "
             f"{'record-level cuts' if self.cuts is not None else 'whole partitions'}, "
             f"reshuffle={self.reshuffle.value}, seed={self.seed}, epoch {epoch}",
-            f"  {'worker':>6} {'host':<16} {'slices':>7} {'rows':>10} {'vs avg':>7} {'local':>6}",
+            f"  {'worker':>6} {'host':<16} {'slices':>7} {'rows':>10} {'vs avg':>7} {'local':>6}"
+            + (f" {'measured':>8}" if measured is not None else ""),
         ]
         for s in shards:
-            lines.append(f"  {s.worker:>6} {str(s.host or '-'):<16} {len(s.slices):>7} {s.rows:>10} "
-                         f"{(s.rows / average - 1) * 100 if average else 0:>+6.1f}% {s.locality:>6.2f}")
+            line = (f"  {s.worker:>6} {str(s.host or '-'):<16} {len(s.slices):>7} {s.rows:>10} "
+                    f"{(s.rows / average - 1) * 100 if average else 0:>+6.1f}% {s.locality:>6.2f}")
+            if measured is not None:
+                value = seen.get(s.worker)
+                line += f" {'-' if value is None else f'{value:.2f}':>8}"
+            lines.append(line)
+        if measured is not None:
+            from ignite_tf.reader.locality import combine
+
+            total = combine(*measured)
+            lines.append(f"  planned local share {self.planned_locality(epoch):.2f}, measured "
+                         + ("-" if not total or total["locality"] is None else
+                            f"{total['locality']:.2f} of {total['rows']} rows read"))
         return "\n".join(lines)
 
     # -- JSON --------------------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ Each partition is scanned on its primary node (thin-client ``OP_QUERY_SCAN`` wit
 then ``OP_QUERY_SCAN_CURSOR_GET_PAGE``): pyignite's partition awareness only routes single-key
 operations, so the reader holds one connection per node and picks the node itself, from the thin-client
 affinity mapping or a shard plan (primaries) and, once a node fails, ``SYS.PARTITION_STATES`` (backups).
+The connection's addresses are seeds: every server's address comes from the cluster
+(:mod:`ignite_tf.reader.servers`), so one Service address still reaches every primary. ``stats["rows_per_node"]``
+counts the rows each node served (by node id; ``servers`` names them), what measured locality is made of.
 The request and response bytes are its own; pages are decoded straight into columns by
 :mod:`ignite_tf.reader.binary`. Scans are pipelined (:mod:`ignite_tf.reader.scan`): the next page of a partition and
 the first pages of the next ``scans_ahead`` partitions are asked for before the current page is decoded.
@@ -41,6 +44,7 @@ from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import CacheNotFoundError, ConfigError, IgniteUnavailableError
 from ignite_tf.reader import binary as wire
 from ignite_tf.reader import layout as _layout
+from ignite_tf.reader import servers as _servers
 from ignite_tf.reader.binary import STACKED
 from ignite_tf.reader.scan import NodeFailed, NodeScans, scan_request
 from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
@@ -89,15 +93,15 @@ class PartitionReader:
         self.cache, self.batch_size, self.page_size = cache, batch_size, page_size
         self.failover_timeout, self.scans_ahead = failover_timeout, scans_ahead
         self.stats: dict = {"rows": 0, "pages": 0, "bytes": 0, "pages_per_node": {}, "failovers": 0,
-                            "fast_pages": 0, "slow_pages": 0, "partitions": 0}
-        self._client = conn.client()
+                            "fast_pages": 0, "slow_pages": 0, "partitions": 0, "rows_per_node": {}}
+        self._client, self.servers = _servers.connect(conn)
         try:
             names = self._client.get_cache_names()
             if cache not in names:
                 raise CacheNotFoundError(f"cache {cache!r} not found on {conn.addresses_str} "
                                          f"(caches: {', '.join(sorted(names)) or 'none'})")
             self.cache_id = _cache_id(cache)
-            self._conns = [c for c in self._client._nodes if c.uuid is not None]
+            self._conns = _one_per_node(self._client._nodes)
             self._scans = NodeScans(self._conns, self.cache_id, page_size, self.stats)
             self._dead = self._scans.dead
             self._schemas: dict[tuple[int, int], list[int]] = {}
@@ -106,6 +110,10 @@ class PartitionReader:
             self.layout = layout
             self.partitions, self._group_id, table = layout
             self._primary = self._route_primaries(primaries)
+            if primaries is not None and len(self._primary) < len(primaries):
+                # A planned primary this reader has no connection to: a node joined or moved since the servers
+                # were found. Find them again once (a stale route would still be read, forwarded).
+                self._reconnect(conn, primaries)
             self._backup_addresses, self._backups = backups, None
             self.key_column, fields, value_type_id, key_type, self.skipped_columns = self._discover(table, columns)
             self._decoder = wire.PageDecoder(self.key_column, key_type, fields, value_type_id, self._schema_fields,
@@ -127,6 +135,33 @@ class PartitionReader:
         affinity, group_id = rows[0] if rows else ("", self.cache_id)
         match = re.search(r"parts=(\d+)", affinity or "")
         return (int(match.group(1)) if match else 1024), int(group_id)
+
+    def _reconnect(self, conn: IgniteConnectionConfig, primaries) -> None:
+        client, found = _servers.connect(conn, refresh=True)
+        conns = _one_per_node(client._nodes)
+        if len(conns) <= len(self._conns):
+            client.close()
+            return
+        self._client.close()
+        self._client, self.servers, self._conns = client, found, conns
+        self._scans = NodeScans(self._conns, self.cache_id, self.page_size, self.stats)
+        self._scans.decode = getattr(self, "_decoder", None) and self._decoder.decode
+        self._dead = self._scans.dead
+        self._primary = self._route_primaries(primaries)
+
+    def node_rows(self) -> dict[str, int]:
+        """Rows served by each node so far, by consistent id (node id when the node is not known by name)."""
+        return {(self.servers[n].consistent_id if n in self.servers else n): rows
+                for n, rows in self.stats["rows_per_node"].items()}
+
+    def locality(self, *, kubernetes_node: str | None = None, ignite_nodes: dict[str, str] | None = None) -> dict:
+        """Measured locality of what this reader read so far (:func:`ignite_tf.reader.locality.measure`)."""
+        from ignite_tf.reader.locality import measure
+
+        names = {str(c.uuid): (self.servers[str(c.uuid)].consistent_id if str(c.uuid) in self.servers
+                               else str(c.uuid)) for c in self._conns}
+        hosts = {names[str(c.uuid)]: c.host for c in self._conns}
+        return measure(self.node_rows(), hosts, kubernetes_node=kubernetes_node, ignite_nodes=ignite_nodes)
 
     def _index(self, address) -> int | None:
         """Our connection to the node at ``(host, port)`` (host names and IPs both match)."""
@@ -247,6 +282,9 @@ class PartitionReader:
                         if keep is not None and not keep.all():
                             chunk = {k: v[keep] for k, v in chunk.items()}
                         seen.append(chunk[self.key_column])
+                        served = self.stats["rows_per_node"]
+                        node = str(self._conns[index].uuid)
+                        served[node] = served.get(node, 0) + len(chunk[self.key_column])
                         yield chunk
                     self.stats["partitions"] += 1
                     return
@@ -355,6 +393,16 @@ class PartitionReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _one_per_node(conns: list) -> list:
+    """The connected pyignite connections, one per node (two addresses of one node give the node once)."""
+    out, seen = [], set()
+    for c in conns:
+        if c.uuid is not None and c.uuid not in seen:
+            seen.add(c.uuid)
+            out.append(c)
+    return out
 
 
 def _concat(chunks: list[dict], key: str) -> dict:

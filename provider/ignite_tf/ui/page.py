@@ -91,8 +91,28 @@ def _plan(plan: dict[str, Any] | None) -> str:
             for w in plan["workers"]]
     return (f'<p class="meta">cache <b>{escape(plan["cache"])}</b>, {plan["partitions"]} partitions, '
             f'{plan["rows"]:,} rows, reshuffle {escape(plan["reshuffle"])} (seed {plan["seed"]}), '
-            f'locality {plan["locality"]:.0%}</p>'
-            + _table(["worker", "next to node", "rows", "slices", "local"], rows, "plan"))
+            f'planned locality {plan["locality"]:.0%}</p>'
+            + _table(["worker", "next to node", "rows", "slices", "planned local"], rows, "plan"))
+
+
+def _locality(locality: dict[str, Any] | None) -> str:
+    """Measured locality (rows served by an Ignite node on the worker's own host or Kubernetes node) beside the
+    plan's share."""
+    if not locality:
+        return ""
+
+    def pct(value) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    rows = [[str(w["worker"]), escape(str(w["where"])), f'{w["rows"]:,}', str(w["passes"]), pct(w["planned"]),
+             pct(w["measured"])] for w in locality["workers"]]
+    nodes = ", ".join(f"{escape(k)} {v:,}" for k, v in locality["by_node"].items())
+    unmatched = (f', {locality["unmatched_rows"]:,} from Ignite nodes not matched to a Kubernetes node'
+                 if locality["unmatched_rows"] else "")
+    return (f'<p class="meta locality">measured locality <b>{pct(locality["measured"])}</b> of '
+            f'{locality["rows"]:,} rows read (same {escape(locality["by"])}), planned {pct(locality["planned"])}'
+            f'{unmatched}; rows per Ignite node: {nodes}</p>'
+            + _table(["worker", "runs on", "rows read", "passes", "planned", "measured"], rows, "locality"))
 
 
 def _validation(validation: dict[str, Any] | None) -> str:
@@ -140,7 +160,8 @@ def cluster_section(view: dict[str, Any], tensorboard: str) -> str:
 <p class="meta">last epoch: {last or '-'} &middot; <a href="{escape(tensorboard)}" target="_blank" rel="noopener">TensorBoard</a>
 (<code>ignite-tf tensorboard {escape(view['id'])}</code>) &middot; run folder <code>{escape(view['run_dir'])}</code></p>
 <h3>Training curves</h3><div class="charts">{charts}</div>
-<div class="cols"><div><h3>Tasks</h3>{tasks}</div><div><h3>Shard plan</h3>{_plan(view['plan'])}</div></div>
+<div class="cols"><div><h3>Tasks</h3>{tasks}</div><div><h3>Shard plan</h3>{_plan(view['plan'])}
+{_locality(view.get('locality'))}</div></div>
 <div class="cols"><div><h3>Validation</h3>{_validation(view['validation'])}</div>
 <div><h3>Published model</h3>{_publish(view['publish'])}</div></div>
 </section>"""

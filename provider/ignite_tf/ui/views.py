@@ -76,6 +76,23 @@ def plan_summary(run_dir: str) -> dict[str, Any] | None:
     }
 
 
+def locality_view(state: ClusterState, plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Measured locality (what the workers' readers counted, ``state.reads``) beside the plan's share, per
+    worker and in all; None before any worker read."""
+    total = state.measured_locality
+    if total is None:
+        return None
+    planned = {w["worker"]: w["locality"] for w in (plan or {}).get("workers", [])}
+    return {
+        "measured": total["locality"], "planned": (plan or {}).get("locality"), "rows": total["rows"],
+        "local_rows": total["local_rows"], "unmatched_rows": total["unmatched_rows"], "by": total.get("by", "host"),
+        "by_node": total["by_node"],
+        "workers": [{"worker": r.get("worker"), "where": r.get("where", "-"), "rows": r.get("rows", 0),
+                     "passes": r.get("passes", 0), "measured": r.get("locality"),
+                     "planned": planned.get(r.get("worker"))} for r in state.reads],
+    }
+
+
 def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | None = None,
                  now: float | None = None) -> dict[str, Any]:
     """One cluster as the page shows it. ``results``: ``plan`` / ``validation`` / ``publish`` XComs."""
@@ -83,7 +100,7 @@ def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | 
     last = state.last_epoch
     status = state.status.value if (alive or state.status.final) else "lost"
     age = ((state.finished_at or now or time.time()) - state.started_at)
-    return {
+    view = {
         "id": state.cluster_id, "cache": state.cache, "mode": state.mode, "status": status,
         "launcher": (state.launcher or {}).get("kind", LauncherKind.LOCAL.value), "labels": dict(state.labels),
         "restarts": state.restarts, "reason": state.reason, "run_dir": state.run_dir, "age": age_text(age),
@@ -94,9 +111,12 @@ def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | 
                   for t in state.tasks],
         "charts": charts(state.epochs),
         "plan": plan_summary(state.run_dir) or _plan_from_xcom(results.get("plan")),
+        "locality": None,
         "validation": _validation(results.get("validation")),
         "publish": _publish(results.get("publish")),
     }
+    view["locality"] = locality_view(state, view["plan"])
+    return view
 
 
 def _plan_from_xcom(value: Any) -> dict[str, Any] | None:

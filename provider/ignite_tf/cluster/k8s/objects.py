@@ -13,6 +13,7 @@ from typing import Any
 
 from ignite_tf.cluster.k8s.settings import TF_PORT, KubernetesSettings, Placement
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
+from ignite_tf.reader.locality import ENV_NODE_NAME
 
 LABEL_CLUSTER = "ignite-tf.io/cluster"
 LABEL_TASK = "ignite-tf.io/task"
@@ -120,7 +121,9 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
         "name": CONTAINER, "image": image,
         "imagePullPolicy": "Never" if image.startswith("localhost/") else "IfNotPresent",
         "command": ["python", "-m", "ignite_tf.cluster.k8s.entry", cwd, "--", *argv],
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
+        # The pod's own Kubernetes node, against which its reader measures locality (ignite_tf.reader.locality).
+        + [{"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "envFrom": [{"secretRef": {"name": secret_name(spec.cluster_id)}}],
         "ports": [{"name": "tf", "containerPort": task.port, **({"hostPort": task.port} if settings.host_network
                                                                  else {})}],

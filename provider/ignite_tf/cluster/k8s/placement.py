@@ -8,8 +8,10 @@ Two deployments are recognised:
 - Ignite on hosts that are Kubernetes nodes: the node whose ``ignite-tf.io/host`` label is the Ignite node's
   consistent id or host, or whose name or addresses are the Ignite node's host.
 
-The result is recorded in the shard plan (``placement``: wanted and actual node per worker, and the share
-of rows read locally) and printed in the chief's output.
+The result is recorded in the shard plan (``placement``: wanted and actual node per worker, the share of
+rows the plan lets each read locally, and ``ignite_nodes``: the Kubernetes node of each Ignite node) and
+printed in the chief's output. The workers' readers measure what they really read against ``ignite_nodes``
+and their own node (``ignite_tf.reader.locality``); ``measured`` puts that beside the plan's figures.
 """
 
 from __future__ import annotations
@@ -55,9 +57,14 @@ def wanted_nodes(plan, hosts: dict[str, str]) -> list[str | None]:
     return [hosts.get(h) if h else None for h in plan.worker_hosts]
 
 
-def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: Placement) -> dict[str, Any]:
-    """What placement achieved: per worker wanted vs actual node, and the share of rows read on the node
-    that holds them (epoch 0)."""
+def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: Placement,
+             ignite_nodes: dict[str, str] | None = None) -> dict[str, Any]:
+    """What placement achieved: per worker wanted vs actual node, and the share of rows the plan lets it read
+    on the node that holds them (epoch 0: planned, not measured).
+
+    :param ignite_nodes: Ignite consistent id -> Kubernetes node (``ignite_node_hosts``); default: what
+        ``wanted`` tells of the Ignite nodes that have a worker next to them.
+    """
     shards = plan.shards(0)
     rows = sum(s.rows for s in shards) or 1
     workers, local_rows = [], 0
@@ -68,15 +75,32 @@ def achieved(plan, wanted: list[str | None], actual: list[str | None], mode: Pla
                         "node": got, "local": local, "rows": s.rows})
     # The plan's own bound: balancing may give a worker rows of another node even when every worker is local.
     planned = sum(s.local_rows for s in shards) / rows
+    if ignite_nodes is None:
+        ignite_nodes = {h: w for h, w in zip(plan.worker_hosts, wanted, strict=True) if h and w}
     return {"mode": mode.value, "workers": workers, "locality": round(local_rows / rows, 4),
-            "planned_locality": round(planned, 4), "local_workers": sum(w["local"] for w in workers)}
+            "planned_locality": round(planned, 4), "local_workers": sum(w["local"] for w in workers),
+            "ignite_nodes": dict(sorted(ignite_nodes.items()))}
+
+
+def measured(result: dict[str, Any], reads: list[dict[str, Any]]) -> dict[str, Any]:
+    """``result`` (from ``achieved``) with each worker's measured locality (its ``ClusterState.reads`` entry)
+    beside the planned one, and ``measured_locality`` over all workers."""
+    from ignite_tf.reader.locality import combine
+
+    by_worker = {r.get("worker"): r for r in reads}
+    workers = [{**w, "measured": (by_worker.get(w["worker"]) or {}).get("locality")} for w in result["workers"]]
+    total = combine(*reads)
+    return {**result, "workers": workers, "measured_locality": total["locality"] if total else None}
 
 
 def describe(result: dict[str, Any]) -> str:
     lines = [f"placement ({result['mode']}): {result['local_workers']}/{len(result['workers'])} workers next to "
-             f"their data, {result['locality'] * 100:.1f}% of rows read locally "
-             f"(the shard plan allows {result['planned_locality'] * 100:.1f}%)"]
+             f"their data, {result['locality'] * 100:.1f}% of rows read locally as planned "
+             f"(the shard plan allows {result['planned_locality'] * 100:.1f}%)"
+             + (f", {result['measured_locality'] * 100:.1f}% measured"
+                if result.get("measured_locality") is not None else "")]
     for w in result["workers"]:
+        seen = f", measured {w['measured'] * 100:.1f}% local" if w.get("measured") is not None else ""
         lines.append(f"  worker-{w['worker']}: Ignite node {w['ignite_node']} on {w['wanted'] or '(unknown)'}, "
-                     f"pod on {w['node']} ({'local' if w['local'] else 'remote'}), {w['rows']} rows")
+                     f"pod on {w['node']} ({'local' if w['local'] else 'remote'}), {w['rows']} rows{seen}")
     return "\n".join(lines)
