@@ -54,6 +54,8 @@ PYTHON: dict[str, str] = {
     "ignite_tf.plan.partitions.PartitionMap": "class",
     "ignite_tf.plan.shards.ShardPlan": "class",
     "ignite_tf.reader.partition.PartitionReader": "class",
+    "ignite_tf.reader.servers.discover": "function",
+    "ignite_tf.reader.servers.all_servers": "function",
     # Airflow: operators, sensor, trigger (its class path is stored with each deferred task), hook, links.
     "ignite_tf.operators.ignite.IgniteLoadOperator": "operator",
     "ignite_tf.operators.ignite.IgnitePartitionsOperator": "operator",

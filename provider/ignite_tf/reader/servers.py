@@ -10,18 +10,23 @@ node, which is what pyignite's partition awareness opens for the addresses it is
 goes to its partition's primary.
 
 What was found is kept per process for each seed list (a reader is opened every epoch); a reader that finds a
-planned primary it has no connection to asks again (``refresh=True``).
+planned primary it has no connection to asks again (``refresh=True``, at most every ``REFRESH_MIN_S``). Where the
+cluster cannot say (its system views refused to this user) or its addresses do not answer, the seeds are
+used as given, as before.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ignite_tf.connection import IgniteConnectionConfig, sql
+from ignite_tf.errors import IgniteUnavailableError
 
 CLIENT_PORT_ATTRIBUTE = "clientListenerPort"
 """The node attribute holding a server's thin-client port (set by Ignite's ClientListenerProcessor)."""
@@ -30,7 +35,11 @@ PROBE_TIMEOUT_S = 1.0
 
 _NODES_SQL = "SELECT NODE_ID, CONSISTENT_ID, ADDRESSES, HOSTNAMES, NODE_ORDER FROM SYS.NODES WHERE IS_CLIENT = FALSE"
 _PORTS_SQL = "SELECT NODE_ID, VALUE FROM SYS.NODE_ATTRIBUTES WHERE NAME = ?"
-_known: dict[tuple, tuple[ServerNode, ...]] = {}
+REFRESH_MIN_S = 10.0
+"""Asking the cluster again for one seed list waits at least this long after the last time."""
+
+log = logging.getLogger(__name__)
+_known: dict[tuple, tuple[float, tuple[ServerNode, ...]]] = {}
 _lock = threading.Lock()
 
 
@@ -91,40 +100,46 @@ def discover(conn: IgniteConnectionConfig, *, refresh: bool = False) -> tuple[Se
     """
     key = _key(conn)
     with _lock:
-        if not refresh and key in _known:
-            return _known[key]
+        if key in _known and (not refresh or time.monotonic() - _known[key][0] < REFRESH_MIN_S):
+            return _known[key][1]
     client = conn.client(partition_aware=False)  # one seed answering is enough
     try:
         found = tuple(server_nodes(client))
     finally:
         client.close()
     with _lock:
-        _known[key] = found
+        _known[key] = (time.monotonic(), found)
     return found
 
 
 def all_servers(conn: IgniteConnectionConfig, *, refresh: bool = False) -> IgniteConnectionConfig:
     """``conn`` with every reachable server's thin-client address instead of its seeds (one per node, so a
     partition-aware client holds one connection to each); the seeds when no server could be placed."""
-    addresses = [n.address for n in discover(conn, refresh=refresh) if n.address]
-    return replace(conn, addresses=tuple(addresses)) if addresses else conn
+    return _widened(conn, discover(conn, refresh=refresh))
 
 
 def connect(conn: IgniteConnectionConfig, *, refresh: bool = False):
     """A partition-aware pyignite client connected to every server (see ``all_servers``), and the servers by
-    node id. Falls back to the seeds when the discovered addresses no longer answer."""
-    from ignite_tf.errors import IgniteUnavailableError
+    node id ({} when the cluster could not say). Falls back to the seeds, as given, when the cluster cannot
+    list its servers or their addresses do not answer.
 
-    servers = discover(conn, refresh=refresh)
-    target = all_servers(conn)
+    :raises IgniteUnavailableError: no seed answered either.
+    """
     try:
-        client = target.client()
+        found = discover(conn, refresh=refresh)
     except IgniteUnavailableError:
-        if target is conn:
-            raise
-        servers = discover(conn, refresh=True)
-        client = all_servers(conn).client()
-    return client, {s.node_id: s for s in servers}
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. SYS views refused to this user: read as before, via the seeds
+        log.warning("could not list the Ignite servers through %s (%s): using the given addresses only",
+                    conn.addresses_str, exc)
+        return conn.client(), {}
+    target = _widened(conn, found)
+    if target is not conn:
+        try:
+            return target.client(), {s.node_id: s for s in found}
+        except IgniteUnavailableError:
+            forget(conn)  # moved since: the seeds still lead to the cluster
+    return conn.client(), {s.node_id: s for s in found}
 
 
 def forget(conn: IgniteConnectionConfig | None = None) -> None:
@@ -134,6 +149,11 @@ def forget(conn: IgniteConnectionConfig | None = None) -> None:
             _known.clear()
         else:
             _known.pop(_key(conn), None)
+
+
+def _widened(conn: IgniteConnectionConfig, found: tuple[ServerNode, ...]) -> IgniteConnectionConfig:
+    addresses = tuple(dict.fromkeys(n.address for n in found if n.address))
+    return replace(conn, addresses=addresses) if addresses else conn
 
 
 def _key(conn: IgniteConnectionConfig) -> tuple:

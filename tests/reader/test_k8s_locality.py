@@ -1,0 +1,69 @@
+"""Reads from the primary and measured locality with Ignite as pods of docker/k8s/ignite.yaml (the local
+Kubernetes, real node; nothing simulated): every Ignite pod is found from one address, reached at its pod
+address, matched to its Kubernetes node through its consistent id = pod name, and the rows a reader counts per
+serving pod give the measured locality of a worker on each Kubernetes node.
+
+Needs the Ignite pods that ``make k8s-up`` starts and its ``export`` lines (``IGNITE_TF_ADDRESSES``: the pods,
+reachable from this host).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+
+from ignite_tf.cluster.k8s import placement
+from ignite_tf.cluster.k8s.settings import KubernetesSettings
+from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.plan.partitions import PartitionMap
+from ignite_tf.reader import servers
+from ignite_tf.reader.partition import PartitionReader
+from tests.support.sql import create_table, sql
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1800)]
+IGNITE_SELECTOR = "app=ignite"  # as docker/k8s/ignite.yaml labels its pods
+ROWS = 6_000
+
+
+def test_ignite_pods_are_found_matched_by_consistent_id_and_read_on_their_primaries(k8s_cluster):
+    conn = IgniteConnectionConfig.from_env()
+    assert conn is not None, "IGNITE_TF_ADDRESSES is not set: run `make k8s-up` and eval its export lines"
+    core = k8s_cluster.core
+    pods = [p for p in core.list_pod_for_all_namespaces(label_selector=IGNITE_SELECTOR).items
+            if p.status.phase == "Running" and p.spec.node_name]
+    assert len(pods) >= 2, f"expected the Ignite StatefulSet's pods ({IGNITE_SELECTOR}) running, got {len(pods)}"
+    namespace = pods[0].metadata.namespace
+
+    # One seed address (as a Service address would be) leads to every pod, at its pod address.
+    seed = IgniteConnectionConfig(addresses=[conn.addresses[0]])
+    servers.forget()
+    found = servers.discover(seed)
+    assert {s.consistent_id for s in found} == {p.metadata.name for p in pods}, "consistent id = pod name"
+    assert {s.consistent_id: s.host for s in found} == {p.metadata.name: p.status.pod_ip for p in pods}
+
+    # The launcher's match of Ignite nodes to Kubernetes nodes, through the pods' names.
+    settings = KubernetesSettings(ignite_selector=IGNITE_SELECTOR, ignite_namespace=namespace)
+    hosts = placement.ignite_node_hosts(core, list(found), settings, namespace)
+    assert hosts == {p.metadata.name: p.spec.node_name for p in pods}
+
+    table = f"K8S_LOC_{uuid.uuid4().hex[:6].upper()}"
+    client = seed.client()
+    try:
+        create_table(client, table, range(ROWS))
+        pm = PartitionMap.discover(seed, table)
+        per_pod = Counter()
+        for p, node in enumerate(pm.primary):
+            per_pod[pm.nodes[node].consistent_id] += pm.rows[p]
+        with PartitionReader(seed, table, batch_size=2048, primaries=pm.primary_addresses()) as reader:
+            assert len(reader.read_all(range(pm.partitions))["id"]) == ROWS
+            assert reader.node_rows() == {k: v for k, v in per_pod.items() if v}, "each pod served its primaries"
+            for k8s_node in sorted(set(hosts.values())):
+                measured = reader.locality(kubernetes_node=k8s_node, ignite_nodes=hosts)
+                local = sum(n for pod, n in per_pod.items() if hosts[pod] == k8s_node)
+                assert measured["local_rows"] == local and measured["unmatched_rows"] == 0
+                assert measured["by"] == "kubernetes node" and measured["where"] == k8s_node
+    finally:
+        sql(client, f"DROP TABLE IF EXISTS {table}")
+        client.close()
