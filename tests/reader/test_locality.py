@@ -13,16 +13,19 @@ Ignite pods to Kubernetes nodes is tests/cluster/test_k8s_locality.py (marked k8
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from ignite_tf import data
+from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects, placement
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import build_spec
-from ignite_tf.cluster.state import ClusterState, IgniteStateStore, LocalStateStore, store_to_env
+from ignite_tf.cluster.state import ClusterState, IgniteStateStore, LocalStateStore, Status, store_to_env
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.contract import ENV_CLUSTER_ID
 from ignite_tf.plan.partitions import PartitionMap
@@ -32,6 +35,7 @@ from ignite_tf.reader import servers
 from ignite_tf.reader.locality import ENV_NODE_NAME, combine, is_this_host, measure
 from ignite_tf.reader.partition import PartitionReader
 from ignite_tf.ui import page, views
+from tests.support.clusters import assert_nothing_left
 from tests.support.sql import create_table, sql
 
 pytestmark = pytest.mark.integration
@@ -132,6 +136,9 @@ def test_measured_locality_by_host_and_by_kubernetes_node(seed, table):
     assert is_this_host("127.0.0.1") and is_this_host("localhost") and not is_this_host("192.0.2.250")
     remote = measure({"node-0": 10}, {"node-0": "192.0.2.250"})
     assert remote["local_rows"] == 0 and remote["locality"] == 0.0
+    unknown = measure({"node-0": 10}, {"node-0": "10.1.0.5"}, kubernetes_node="kn-a", ignite_nodes=None)
+    assert unknown["locality"] is None and unknown["unmatched_rows"] == 10, "no map of Ignite pods: unknown, not 0"
+    assert combine(unknown)["locality"] is None and combine(unknown, remote)["locality"] == 0.0
 
 
 @pytest.mark.parametrize("store_kind", ["local", "ignite"])
@@ -204,3 +211,43 @@ def test_worker_pods_know_their_kubernetes_node():
     env = pod["spec"]["containers"][0]["env"]
     assert {"name": ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
     assert {"name": "A", "value": "1"} in env
+
+
+# A user job without TensorFlow: listens on its TF_CONFIG port (the supervisor's readiness check), reads its
+# shard of two epochs through ignite_tf.data and exits.
+READ_JOB = """
+import json, os, socket
+from ignite_tf import data
+
+cfg = json.loads(os.environ["TF_CONFIG"])
+role, index = cfg["task"]["type"], cfg["task"]["index"]
+host, port = cfg["cluster"][role][index].rsplit(":", 1)
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind((host, int(port)))
+server.listen()
+rows = sum(len(b["id"]) for epoch in range(2) for b in data.batches(epoch, batch_size=500))
+print(f"{role}-{index} read {rows} rows", flush=True)
+"""
+
+
+def test_launched_workers_measure_their_reads_into_the_cluster_state(seed, table, tmp_path, run_root):
+    """Two real worker processes started by the local launcher with one seed address: each reads its shard of
+    two epochs, from the primaries, and its measured reads reach the cluster state."""
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "readjob.py").write_text(READ_JOB)
+    launcher = make_launcher(seed)
+    state = start_cluster(table, {"command": [sys.executable, "readjob.py"], "job_dir": str(tmp_path / "job")},
+                          conn=seed, launcher=launcher, workers=2, mode="sync")
+    final = launcher.wait(state.cluster_id, timeout=180)
+    out = launcher.output(state.cluster_id)[0]
+    assert final.status is Status.SUCCEEDED, out[-2000:]
+    plan = ShardPlan.load(Path(final.run_dir) / "shard_plan.json")
+    planned = [plan.shard(w, 0).rows + plan.shard(w, 1).rows for w in range(2)]
+    assert [(r["worker"], r["rows"], r["passes"]) for r in final.reads] == [(0, planned[0], 2), (1, planned[1], 2)]
+    assert all(f"worker-{w} read {planned[w]} rows" in out for w in range(2))
+    total = final.measured_locality
+    assert total["rows"] == 2 * ROWS and total["locality"] == 1.0 and total["by"] == "host"
+    assert total["by_node"] == {k: 2 * v for k, v in _primary_rows(plan.partition_map).items()}
+    assert final.summary()["locality"]["local_rows"] == 2 * ROWS
+    assert_nothing_left(state.cluster_id, final.run_dir)

@@ -7,7 +7,7 @@ of those nodes are "on the worker's machine" depends on where the worker runs:
   local when its pod runs on the worker's Kubernetes node. Ignite pods are matched to Kubernetes nodes by
   their consistent id = pod name (:func:`ignite_tf.cluster.k8s.placement.ignite_node_hosts`); the launcher
   records that map in the shard plan (``placement["ignite_nodes"]``). Rows of a node the map lacks count as
-  ``unmatched_rows`` (not local);
+  ``unmatched_rows`` (not local); with no map at all (placement ``none``) the locality is unknown (None);
 - anywhere else: a node is local when the address the worker reached it at is one of this host's addresses
   (a loopback address, or one a socket can bind to here).
 
@@ -67,10 +67,11 @@ def measure(node_rows: dict[str, int], node_hosts: dict[str, str | None], *, kub
             local += n if where == kubernetes_node else 0
         elif is_this_host(node_hosts.get(node)):
             local += n
+    known = rows and (kubernetes_node is None or bool(ignite_nodes))
     return {"rows": rows, "local_rows": local, "unmatched_rows": unmatched, "by_node": dict(sorted(node_rows.items())),
             "by": BY_KUBERNETES_NODE if kubernetes_node is not None else BY_HOST,
             "where": kubernetes_node if kubernetes_node is not None else socket.gethostname(),
-            "locality": round(local / rows, 4) if rows else None}
+            "locality": round(local / rows, 4) if known else None}
 
 
 def combine(*records: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -84,8 +85,9 @@ def combine(*records: dict[str, Any] | None) -> dict[str, Any] | None:
             by_node[node] = by_node.get(node, 0) + int(n)
     rows = sum(int(r.get("rows", 0)) for r in records)
     local = sum(int(r.get("local_rows", 0)) for r in records)
+    known = rows and any(r.get("locality") is not None for r in records)
     out = {"rows": rows, "local_rows": local, "unmatched_rows": sum(int(r.get("unmatched_rows", 0)) for r in records),
-           "by_node": dict(sorted(by_node.items())), "locality": round(local / rows, 4) if rows else None}
+           "by_node": dict(sorted(by_node.items())), "locality": round(local / rows, 4) if known else None}
     kinds = {r.get("by") for r in records} - {None}
     if len(kinds) == 1:
         out["by"] = kinds.pop()
@@ -97,6 +99,8 @@ def describe(record: dict[str, Any] | None, planned: float | None = None) -> str
     if not record or not record.get("rows"):
         return "no rows read yet"
     by = record.get("by", BY_HOST)
+    if record.get("locality") is None:
+        return f"{record['rows']:,} rows read; locality unknown (no Ignite node matched to a Kubernetes node)"
     text = f"{record['locality'] * 100:.1f}% of {record['rows']:,} rows read from an Ignite node on the same {by}"
     if planned is not None:
         text += f" (planned {planned * 100:.1f}%)"
