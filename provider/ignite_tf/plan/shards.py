@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from ignite_tf.errors import ConfigError
+from ignite_tf.plan.cuts import cut_piece, merge_wraparound, read_key_hashes
 from ignite_tf.plan.partitions import PartitionMap
-from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
+from ignite_tf.reader.tasks import HASH_SPACE, ReadTask
 
 __all__ = ["HASH_SPACE", "ReadTask", "Reshuffle", "ShardPlan", "WorkerShard", "next_to_nodes"]
 
@@ -129,7 +130,7 @@ class ShardPlan:
                 raise ConfigError(
                     f"cache '{partition_map.cache}' has {nonempty} non-empty partitions for {workers} workers: "
                     f"partitions must be cut at record level, which needs a connection (pass conn=...)")
-            plan.cuts = _read_key_hashes(conn, partition_map)
+            plan.cuts = read_key_hashes(conn, partition_map)
         return plan
 
     # -- per epoch ---------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ class ShardPlan:
                 for i, p in enumerate(parts):
                     s, e = max(a, starts[i]), min(b, starts[i + 1])
                     if s < e:
-                        piece = _piece(int(p), cuts[i], int(s - starts[i]), int(e - starts[i]))
+                        piece = cut_piece(int(p), cuts[i], int(s - starts[i]), int(e - starts[i]))
                         if piece is not None:
                             assigned[w].append(piece)
         # Partitions empty at plan time still get read (whole), so rows added later are not missed.
@@ -273,7 +274,7 @@ class ShardPlan:
             if sizes[i] == 0:
                 w = int(np.argmin([sum(s.rows for s in a) for a in assigned]))
                 assigned[w].append(ReadTask(int(p), rows=0))
-        return _merge_wraparound(assigned)
+        return merge_wraparound(assigned)
 
     # -- reporting ---------------------------------------------------------------------------------------
     def planned_locality(self, epoch: int = 0) -> float:
@@ -373,61 +374,3 @@ class ShardPlan:
             return self, []
         return ShardPlan.build(current, self.workers, worker_hosts=self.worker_hosts, reshuffle=self.reshuffle,
                                seed=self.seed, conn=conn), changes
-
-
-def _merge_wraparound(assigned: list[list[ReadTask]]) -> list[list[ReadTask]]:
-    """Join adjacent pieces of one partition that the ring's wrap-around split in two."""
-    out = []
-    for slices in assigned:
-        merged: list[ReadTask] = []
-        for s in slices:
-            prev = merged[-1] if merged else None
-            if prev and prev.partition == s.partition and prev.hash_hi == s.hash_lo:
-                merged[-1] = ReadTask(s.partition, prev.hash_lo, s.hash_hi, prev.rows + s.rows)
-            else:
-                merged.append(s)
-        out.append(merged)
-    return out
-
-
-MAX_CUT_POINTS = 4096
-
-
-def _bound(cut: dict, rank: int) -> tuple[int, int]:
-    """(hash, actual rank) of the cut point nearest to ``rank`` in a partition's hash order."""
-    n, hashes = cut["rows"], cut["hashes"]
-    if rank <= 0:
-        return 0, 0
-    if rank >= n:
-        return HASH_SPACE, n
-    m = len(hashes)
-    # hashes[j] is the hash of the row of rank (j * n) // m (all rows when m == n).
-    j = min(m - 1, max(1, round(rank * m / n)))
-    return int(hashes[j]), (j * n) // m
-
-
-def _piece(partition: int, cut: dict, a: int, b: int) -> ReadTask | None:
-    """Rows of ranks ``[a, b)`` of a cut partition, None when the cut points leave no hash range between them."""
-    lo, ra = _bound(cut, a)
-    hi, rb = _bound(cut, b)
-    return ReadTask(partition, lo, hi, rows=rb - ra) if lo < hi else None
-
-
-def _read_key_hashes(conn, partition_map: PartitionMap) -> dict[int, dict]:
-    """Row count and sorted ``key_hash`` samples per partition (only used when partitions < workers).
-
-    Up to MAX_CUT_POINTS samples are kept per partition: exact cuts for small partitions, and for big ones
-    cuts within rows/MAX_CUT_POINTS of the ideal, which keeps shares within 1% for up to 40 workers.
-    """
-    from ignite_tf.reader.partition import PartitionReader
-
-    out: dict[int, dict] = {}
-    with PartitionReader(conn, partition_map.cache, batch_size=65536) as reader:
-        for p in range(partition_map.partitions):
-            parts = [key_hash(np.asarray(b[reader.key_column], dtype=np.int64)) for b in reader.batches([p])]
-            hashes = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
-            n = len(hashes)
-            if n > MAX_CUT_POINTS:
-                hashes = hashes[(np.arange(MAX_CUT_POINTS) * n) // MAX_CUT_POINTS]
-            out[p] = {"rows": n, "hashes": [int(h) for h in hashes]}
-    return out

@@ -21,6 +21,8 @@ import ipaddress
 import socket
 from typing import Any
 
+from ignite_tf.ports import port_free
+
 ENV_NODE_NAME = "IGNITE_TF_NODE_NAME"
 """The Kubernetes node a task's pod runs on (the pod manifest sets it from the downward API's spec.nodeName)."""
 BY_HOST = "host"
@@ -36,17 +38,9 @@ def is_this_host(host: str | None) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    for family, _, _, _, sockaddr in infos:
-        address = sockaddr[0]
-        if ipaddress.ip_address(address.split("%")[0]).is_loopback:
-            return True
-        try:
-            with socket.socket(family, socket.SOCK_DGRAM) as s:
-                s.bind((address, 0))  # only an address of one of this host's interfaces binds
-            return True
-        except OSError:
-            continue
-    return False
+    addresses = {sockaddr[0].split("%")[0] for *_, sockaddr in infos}
+    # Only an address of one of this host's own interfaces can be bound here.
+    return any(ipaddress.ip_address(a).is_loopback or (":" not in a and port_free(0, a)) for a in addresses)
 
 
 def measure(node_rows: dict[str, int], node_hosts: dict[str, str | None], *, kubernetes_node: str | None = None,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from ignite_tf.connection import IgniteConnectionConfig, sql
 from ignite_tf.errors import IgniteUnavailableError
+from ignite_tf.ports import listening
 
 CLIENT_PORT_ATTRIBUTE = "clientListenerPort"
 """The node attribute holding a server's thin-client port (set by Ignite's ClientListenerProcessor)."""
@@ -188,13 +188,7 @@ def _first_reachable(choices: dict[str, list[str]], ports: dict[str, int | None]
         return {}
 
     def probe(nid: str) -> tuple[str, str | None]:
-        for host in choices[nid]:
-            try:
-                with socket.create_connection((host, ports[nid]), timeout=PROBE_TIMEOUT_S):
-                    return nid, host
-            except OSError:
-                continue
-        return nid, None
+        return nid, next((h for h in choices[nid] if listening(ports[nid], h, PROBE_TIMEOUT_S)), None)
 
     with ThreadPoolExecutor(max_workers=min(16, len(choices))) as pool:
         return {nid: host for nid, host in pool.map(probe, list(choices)) if host}
