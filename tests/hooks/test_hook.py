@@ -59,6 +59,23 @@ def test_test_connection_reports_server_nodes(test_conn, ignite_conn):
     assert ignite_conn.addresses_str in message
 
 
+def test_one_seed_address_reaches_every_server(monkeypatch, ignite_conn):
+    """A connection naming one node (as a Kubernetes Service address would): the hook's client holds a
+    connection to each server, and the connection test lists the addresses the cluster gave."""
+    seed = ignite_conn.addresses[-1]
+    conn_id = define_conn(monkeypatch, "ignite_one_seed", host=f"{seed[0]}:{seed[1]}")
+    with IgniteHook(conn_id) as hook:
+        servers = hook.discover_servers(refresh=True)
+        assert {s["address"] for s in servers} == {f"{h}:{p}" for h, p in ignite_conn.addresses}
+        assert len({s["consistent_id"] for s in servers}) == 2
+        client = hook.get_conn()
+        assert {(c.host, c.port) for c in client._nodes if c.alive} == set(ignite_conn.addresses)
+    ok, message = IgniteHook(conn_id).test_connection()
+    assert ok, message
+    assert "thin-client addresses found: " in message
+    assert all(f"{h}:{p}" in message for h, p in ignite_conn.addresses)
+
+
 def test_test_connection_closed_port_is_false_and_names_the_address(monkeypatch):
     address = f"127.0.0.1:{free_port()}"
     conn_id = define_conn(monkeypatch, "ignite_closed", host=address)

@@ -144,8 +144,7 @@ class PartitionReader:
             return
         self._client.close()
         self._client, self.servers, self._conns = client, found, conns
-        self._scans = NodeScans(self._conns, self.cache_id, self.page_size, self.stats)
-        self._scans.decode = getattr(self, "_decoder", None) and self._decoder.decode
+        self._scans = NodeScans(self._conns, self.cache_id, self.page_size, self.stats)  # decode: set by __init__
         self._dead = self._scans.dead
         self._primary = self._route_primaries(primaries)
 
