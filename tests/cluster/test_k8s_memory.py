@@ -39,6 +39,9 @@ def test_baseline_is_the_measured_file_with_its_provenance():
     base = memory.tf_baseline()
     assert base.peak_mib == data["peak_mib"] > 300  # a TensorFlow process, not a placeholder
     assert base.peak_mib == max(data["samples_mib"])
+    # Each copy of a weight (weights, gradients, Adam's 2 slots) at the measured cost, never under its 4 bytes.
+    assert base.param_bytes == data["param_bytes"] and base.param_bytes_optimizer == "adam"
+    assert base.copy_bytes == pytest.approx(data["param_bytes"] / 4) and base.copy_bytes >= 4
     assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/tf_baseline_memory.py" in base.how
     est = estimate(_job("hidden=64"), row=RowWidth(72, 80, "given"))
     assert est.baseline_mib == base.peak_mib
@@ -51,11 +54,13 @@ def test_model_part_counts_weights_gradients_and_the_entry_points_optimizer():
     est = estimate(_job("hidden=64"), row=RowWidth(72, 80, "given"))
     assert est.params == (16 + 1) * 64 + 65 * 64 + 65 * 2  # tabular_classifier.parameters(hidden=64)
     assert est.batch_size == 32 and est.optimizer == "adam" and est.optimizer_slots == 2
-    assert est.model_mib == pytest.approx(est.params * 4 * 4 / 2**20)
+    copy = memory.tf_baseline().copy_bytes
+    assert est.model_mib == pytest.approx(est.params * copy * (2 + 2) / 2**20)
     sgd = estimate(_job("optimizer=sgd"), row=RowWidth(72, 80, "given"))
     assert sgd.optimizer == "sgd" and sgd.optimizer_slots == OPTIMIZER_SLOTS["sgd"]
+    assert sgd.model_mib == pytest.approx(est.model_mib * (2 + 1) / (2 + 2) * sgd.params / est.params)
     big = estimate({"command": ["python", "x.py"]}, params=50_000_000, row=RowWidth(72, 80, "given"))
-    assert big.model_mib == pytest.approx(50_000_000 * 4 * 4 / 2**20)  # a script's optimizer: Adam assumed
+    assert big.model_mib == pytest.approx(50_000_000 * copy * 4 / 2**20)  # a script's optimizer: Adam assumed
     assert "parameters 50,000,000" in big.describe() and "adam assumed" in big.describe()
     unknown = estimate({"command": ["python", "x.py"]}, row=RowWidth(72, 80, "given"))
     assert "unknown" in unknown.describe() and unknown.model_mib == 0

@@ -1,12 +1,17 @@
 """A task's memory request, computed from what the task will hold rather than chosen by hand.
 
-    estimate = TensorFlow's measured baseline + model (weights + gradients + optimizer slots)
+    estimate = TensorFlow's measured baseline + model (copies of the weights: weights + gradients + optimizer
+               slots, each at the measured bytes per weight)
                + input (tf.data's prefetched batches and the blocks the reader hands it, at the table's row width)
                + reader (scan pages in flight, decoded), then headroom
 
-- **Baseline**: a real task process measured by ``bench/tf_baseline_memory.py`` (what a task does before its
-  first batch: imports, the strategy and its gRPC server, a tiny model fitted a few steps), its peak written to
-  ``ignite_tf/resources/tf_baseline.json`` with the date, the TensorFlow version and how it was measured.
+- **Baseline and bytes per parameter**: real task processes measured by ``bench/tf_baseline_memory.py`` (what a
+  task does but read Ignite: imports, the strategy and its gRPC server, a model fitted with the runtime's
+  backup and saved), at a tiny and a large model: the tiny one's peak is the baseline, the growth per
+  parameter of the large one (with Adam) ``param_bytes``. Both are written to
+  ``ignite_tf/resources/tf_baseline.json`` with the date, the TensorFlow version and how they were measured.
+  A weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 20): the optimizer's update
+  temporaries, the collectives' buffers, the checkpoints' serialisation.
 - **Row width**: the columns the task reads, from the cache itself (``ignite_tf.data.cache_columns``: its SQL
   table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
   float32 matrix, the label in its own type, and the reader decodes every column in its own type.
@@ -49,8 +54,16 @@ class Baseline:
     tensorflow: str
     how: str
     """What was measured, and with what (cgroup ``memory.peak`` or peak RSS of the task process)."""
+    param_bytes: float = 16.0
+    """Memory per parameter, measured with ``param_bytes_optimizer``."""
+    param_bytes_optimizer: str = "adam"
     samples_mib: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def copy_bytes(self) -> float:
+        """Measured bytes of one copy of a weight (``param_bytes`` over the copies its optimizer keeps)."""
+        return self.param_bytes / (2 + optimizer_slots(self.param_bytes_optimizer))
 
 
 @lru_cache(maxsize=1)
@@ -59,7 +72,8 @@ def tf_baseline() -> Baseline:
     from importlib.resources import files
 
     data = json.loads(files("ignite_tf").joinpath("resources", BASELINE_FILE).read_text())
-    known = {k: data.pop(k) for k in ("peak_mib", "measured", "tensorflow", "how", "samples_mib") if k in data}
+    known = {k: data.pop(k) for k in ("peak_mib", "measured", "tensorflow", "how", "param_bytes",
+                                      "param_bytes_optimizer", "samples_mib") if k in data}
     return Baseline(**known, extra=data)
 
 
@@ -145,8 +159,8 @@ class MemoryEstimate:
 
     @property
     def model_mib(self) -> float:
-        # Weights, one gradient per weight, and the optimizer's slots; float32.
-        return (self.params or 0) * 4 * (2 + self.optimizer_slots) / MIB
+        # Weights, one gradient per weight, and the optimizer's slots, each at the measured bytes of a copy.
+        return (self.params or 0) * self.baseline.copy_bytes * (2 + self.optimizer_slots) / MIB
 
     @property
     def block_rows(self) -> int:
@@ -176,8 +190,8 @@ class MemoryEstimate:
         optimizer = self.optimizer or f"unknown ({ASSUMED_OPTIMIZER} assumed)"
         return (f"memory estimate per task: {self.quantity()} = (TensorFlow baseline {self.baseline_mib:.0f} MiB "
                 f"[measured {self.baseline.measured}, TensorFlow {self.baseline.tensorflow}] "
-                f"+ model {self.model_mib:.1f} MiB [parameters {params}, optimizer {optimizer}: "
-                f"{self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
+                f"+ model {self.model_mib:.1f} MiB [parameters {params} x {2 + self.optimizer_slots} copies x "
+                f"{self.baseline.copy_bytes:.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
                 f"{self.batch_size} + {BLOCKS_HELD} x {self.block_rows} rows x {self.row.fed} B] + reader "
                 f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}]) x {HEADROOM} headroom")
 
