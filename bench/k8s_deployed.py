@@ -16,7 +16,8 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              deletion (``next_epoch_s``; issue 24's goal <= 8 s), the epoch it resumed at, the restarts, and
              the epochs recorded (``epochs_run``, which should equal the epochs asked for);
   locality   a 2-worker cluster with ``placement: required``: the planned share of rows read locally and
-             the measured one, where the cluster state records it (a field whose name has ``locality``);
+             the measured one, where the cluster state records it (a number whose field name has ``measured`` and
+             ``locality``; every ``locality`` field is kept in the JSON);
              goal: measured >= 95%.
 
 ``--smoke``: 2,000 rows, 3 epochs, each part once (see ``bench/harness.py``).
@@ -57,6 +58,7 @@ def startup(conn, tmp: Path, settings: dict, host_network: bool) -> dict:
     from ignite_tf.etl import load
 
     load(conn, k8s_startup.CACHE, tabular(1_000), key="id")
+    (tmp / "startup").mkdir()
     runs = [k8s_startup.one(conn, "local", tmp / "startup", None),
             k8s_startup.one(conn, "kubernetes", tmp / "startup", settings,
                             run_root=None if host_network else run_root(tmp, "kubernetes"))]
@@ -146,7 +148,7 @@ def locality(conn, tmp: Path, settings: dict, cache: str) -> dict:
     shards = plan.shards(0)
     planned = sum(s.locality * s.rows for s in shards) / max(1, sum(s.rows for s in shards))
     recorded = {k: v for k, v in state.to_dict().items() if "locality" in k}
-    measured = next((v for v in recorded.values() if isinstance(v, int | float)), None)
+    measured = next((v for k, v in recorded.items() if "measured" in k and isinstance(v, int | float)), None)
     return {"status": state.status.value, "planned_locality": planned, "measured_locality": measured,
             "recorded": recorded}
 
