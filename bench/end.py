@@ -37,7 +37,10 @@ set_bench_env()
 CACHE = "end_bench"
 
 
-def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: str | None = None) -> dict:
+def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: str | None = None,
+            run_root: str | None = None, pass_env: list[str] | None = None) -> dict:
+    """One training; ``run_root``: where its run lives (default a folder under ``root``), ``pass_env``: names of
+    variables passed to the tasks (e.g. an object store's credentials)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
 
@@ -49,9 +52,10 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
     cluster_id = f"end-bench-{os.getpid()}-{index}"
     state = None
     try:
-        env = {"PYTHONPATH": provider} if provider else None  # the tasks run that copy of ignite_tf
+        env = [f"PYTHONPATH={provider}"] if provider else []  # the tasks run that copy of ignite_tf
         state = start_cluster(CACHE, job, conn=conn, mode="sync", workers=WORKERS, max_restarts=0,
-                              cluster_id=cluster_id, run_root=root / "runs", launcher=launcher, env=env)
+                              cluster_id=cluster_id, run_root=run_root or root / "runs", launcher=launcher,
+                              env=[*env, *(pass_env or [])] or None)
         state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)
     finally:
         if state is not None and not launcher.status(cluster_id).status.final:

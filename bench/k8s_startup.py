@@ -1,7 +1,7 @@
 """Launch -> first training step: the Kubernetes launcher beside the local one, in one table.
 
     .venv/bin/python bench/k8s_startup.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
-                                          [--namespace NAME] [--rows N]
+                                          [--namespace NAME] [--host-network] [--rows N]
 
 Starts its own 2-node local Ignite cluster on free ports (``--ignite``: uses a running one) and, unless one is
 running, the local Kubernetes (``ignite_tf_dev.k8s``; ``--kubeconfig``: uses the running one of that file and
@@ -14,15 +14,19 @@ of the chief's first batch; 1 epoch of 5 steps) through each launcher:
   first_step_s   the chief's first batch ended;
   total_s        the cluster ended and everything of it was gone (processes; pods, Service, Secret, owner).
 
-All count from the ``start_cluster`` call. The Kubernetes tasks run in the task image on the real node, with
-the host network (the local Ignite nodes listen on 127.0.0.1) and the run folder as a hostPath volume, in
-``--namespace`` (default ``default``). ``--smoke``: a 1,000-row cache (see ``bench/harness.py``).
+All count from the ``start_cluster`` call; ``kubernetes_vs_local`` is the ratio of the first steps (goal
+<= 1.3). The Kubernetes tasks run in the task image on the real node in the deployed shape (pod network,
+cluster DNS, ``IGNITE_TF_RUN_ROOT``; give ``--ignite`` the Ignite pods of ``make k8s-up``'s
+``IGNITE_TF_ADDRESSES``), or with ``--host-network`` in the one-machine shape (host network, the run folder
+as a hostPath: for Ignite nodes on 127.0.0.1), in ``--namespace`` (default ``default``); see
+``bench/k8s_harness.py``. The first step is read from the chief's mark file where this host can read the
+run folder, else from its ``BENCH_FIRST_STEP`` output line. ``--smoke``: a 1,000-row cache (see
+``bench/harness.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -32,19 +36,31 @@ import time
 from pathlib import Path
 
 from harness import add_common_arguments, ignite, report, set_bench_env
+from k8s_harness import add_k8s_arguments, kubernetes, pod_settings, run_root
 
 set_bench_env()
 BENCH_DIR = Path(__file__).resolve().parent
 CACHE = "k8s_startup_bench"
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
 TIMEOUT_S = 900.0
+GOAL = 1.3  # issue 24: the Kubernetes launcher's first step at most 1.3x the local one's
 
 
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
+def first_step_at(launcher, cluster_id: str, mark: Path) -> float | None:
+    """When the chief's first batch ended: its mark file (a run folder on this host) or its output line."""
+    from startup_model import LINE_MARK
+
+    if mark.exists() and mark.read_text().strip():
+        return float(mark.read_text())
+    found = re.search(rf"^{LINE_MARK} ([0-9.]+)$", launcher.output(cluster_id)[0], re.M)
+    return float(found.group(1)) if found else None
+
+
+def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None) -> dict:
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
 
@@ -52,24 +68,24 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
     job_dir.mkdir()
     shutil.copy(BENCH_DIR / "startup_model.py", job_dir)
     cluster_id = f"k8s-bench-{kind[:5]}-{os.getpid()}"
-    run_dir = tmp / "runs" / cluster_id
-    mark = run_dir / "first_step"
+    root = run_root or str(tmp / "runs")
+    mark = tmp / "runs" / cluster_id / "first_step"  # only a local run folder has it; else the output line
     launcher = make_launcher(conn, kind=kind, kubernetes=kubernetes)
     command = ["python", "-m", "ignite_tf.runtime", "--entry-point", "startup_model:model", "--epochs", "1",
                "--batch-size", "64", "--label", "label", "--steps-per-epoch", "5"]
     t0_wall, t0 = time.time(), time.perf_counter()
     state = start_cluster(CACHE, {"command": command, "job_dir": str(job_dir)}, conn=conn, mode="sync", workers=2,
-                          max_restarts=0, cluster_id=cluster_id, run_root=tmp / "runs", launcher=launcher,
+                          max_restarts=0, cluster_id=cluster_id, run_root=root, launcher=launcher,
                           env=[f"{ENV_MARK}={mark}"], startup_deadline_s=TIMEOUT_S)
     launched = time.perf_counter() - t0
     try:
-        while not (mark.exists() and mark.read_text().strip()):
+        while (at := first_step_at(launcher, cluster_id, mark)) is None:
             state = launcher.status(cluster_id)
             if state.status.final or time.perf_counter() - t0 > TIMEOUT_S:
                 raise RuntimeError(f"{kind}: no first step ({state.status.value}: {state.reason}):\n"
                                    f"{launcher.tail(cluster_id, 30)}")
             time.sleep(0.05)
-        first = float(mark.read_text()) - t0_wall
+        first = at - t0_wall
         state = launcher.wait(cluster_id, timeout=TIMEOUT_S)
     finally:
         if not launcher.status(cluster_id).status.final:
@@ -81,38 +97,32 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None) -> dict:
             "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2)}
 
 
-def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None,
-        namespace: str = "default") -> list[dict]:
+def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None, namespace: str = "default",
+        host_network: bool = False) -> list[dict]:
     from ignite_tf_dev.demo_data import tabular
-    from ignite_tf_dev.k8s import cluster as local_k8s
 
     from ignite_tf.etl import load
 
-    layout = local_k8s.Layout()
-    started_k8s = not kubeconfig and len(local_k8s.running(layout)) != len(local_k8s.COMPONENTS)
     results = []
     with tempfile.TemporaryDirectory(prefix="k8s-startup-bench-") as name:
         tmp = Path(name)
-        try:
-            with ignite(addresses, tmp / "ignite", say) as nodes:
-                conn = nodes.conn
-                load(conn, CACHE, tabular(rows), key="id")
-                say(f"loaded {rows} rows; local launcher ...")
-                results.append(one(conn, "local", tmp, None))
-                say(f"  {results[-1]}\nstarting the local Kubernetes ..." if started_k8s else f"  {results[-1]}")
-                kubeconfig = kubeconfig or local_k8s.up(3, layout)
-                os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
-                    {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
-                settings = {"namespace": namespace, "host_network": True, "dns": False,
-                            "node_selector": {local_k8s.HOST_LABEL: "real-0"},
-                            "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}]}
+        with ignite(addresses, tmp / "ignite", say) as nodes:
+            conn = nodes.conn
+            load(conn, CACHE, tabular(rows), key="id")
+            say(f"loaded {rows} rows; local launcher ...")
+            results.append(one(conn, "local", tmp, None))
+            say(f"  {results[-1]}")
+            with kubernetes(kubeconfig, say):
                 say("kubernetes launcher ...")
-                results.append(one(conn, "kubernetes", tmp, settings))
+                results.append(one(conn, "kubernetes", tmp, pod_settings(namespace, host_network),
+                                   run_root=None if host_network else run_root(tmp, "kubernetes")))
                 say(f"  {results[-1]}")
-        finally:
-            if started_k8s:
-                local_k8s.down(layout)
     return results
+
+
+def ratio(results: list[dict]) -> float | None:
+    by = {r["launcher"]: r["first_step_s"] for r in results}
+    return by["kubernetes"] / by["local"] if {"local", "kubernetes"} <= by.keys() and by["local"] else None
 
 
 def table(results: list[dict]) -> str:
@@ -122,6 +132,8 @@ def table(results: list[dict]) -> str:
     for r in results:
         lines.append(f"| {r['launcher']} | {r['launched_s']:.1f} | {r['tasks_up_s']} | {r['first_step_s']:.1f} | "
                      f"{r['total_s']:.1f} |")
+    if ratio(results) is not None:
+        lines.append(f"\nfirst step, Kubernetes / local: {ratio(results):.2f} (goal <= {GOAL})")
     return "\n".join(lines)
 
 
@@ -129,14 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="the running local Kubernetes to use (default: the local one, started if not running)")
-    parser.add_argument("--namespace", default="default", help="namespace of the Kubernetes tasks (default: default)")
+    add_k8s_arguments(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows = 1_000
-    results = run(args.rows, args.ignite, args.kubeconfig, args.namespace)
-    report(args, table(results), {"runs": results})
+    results = run(args.rows, args.ignite, args.kubeconfig, args.namespace, args.host_network)
+    report(args, table(results), {"runs": results, "kubernetes_vs_local": ratio(results), "goal": GOAL})
     return 0
 
 

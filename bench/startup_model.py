@@ -2,7 +2,7 @@
 
 ``startup_model:model`` returns ``ignite_tf.models.tabular_classifier()`` whose ``fit`` also runs a callback
 that, on the chief only, writes ``time.time()`` into the file named by ``IGNITE_TF_BENCH_FIRST_STEP`` when
-the first training batch ends. The runtime passes its own callbacks to ``fit``; wrapping ``fit`` on the
+the first training batch ends, and prints ``BENCH_FIRST_STEP <time>`` in its output. The runtime passes its own callbacks to ``fit``; wrapping ``fit`` on the
 instance is how this one joins them without changing the runtime.
 """
 
@@ -12,6 +12,7 @@ import os
 import time
 
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
+LINE_MARK = "BENCH_FIRST_STEP"  # also printed, for a launcher whose run folder this host cannot read (pods)
 
 
 def model(n_features: int = 16, n_classes: int | None = None, learning_rate: float = 0.01):
@@ -34,6 +35,7 @@ def model(n_features: int = 16, n_classes: int | None = None, learning_rate: flo
         def on_train_batch_end(self, batch, logs=None):
             if batch != 0:
                 return
+            print(f"{LINE_MARK} {time.time()!r}", flush=True)
             try:
                 # "x": a restarted attempt must not move the first step later.
                 with open(mark, "x") as f:

@@ -29,10 +29,22 @@ BENCHES = {
     "e2e.py": (["| DAG stage | seconds | share of dag_s |", "| run | wall s | / direct_s | TF cluster lifetime s |",
                 "| cluster lifetime (median s) |"],
                {"dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s", "phases"}),
-    "k8s_startup.py": (["| launcher (2 sync workers) | start_cluster returned (s) |"], {"runs"}),
+    "k8s_startup.py": (["| launcher (2 sync workers) | start_cluster returned (s) |"],
+                       {"runs", "kubernetes_vs_local", "goal"}),
+    "tf_baseline_memory.py": (["| sample | parameters | peak (MiB) | measured by | seconds |"],
+                              {"peak_mib", "param_bytes", "measured", "tensorflow", "how", "samples_mib", "samples"}),
+    "k8s_memory.py": (["| launcher | model | parameters | task | estimate (MiB) | peak (MiB) |"], {"runs", "goal"}),
+    "run_root.py": (["| run root | epoch (median s) |"],
+                    {"rows", "epochs", "runs", "folder_epoch_s", "s3_epoch_s", "s3_vs_folder"}),
+    "k8s_deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local |"],
+                        {"startup", "input", "resume", "locality", "goals"}),
 }
 # Not benches: what they import or launch (run by the benches above).
-HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.py"}
+HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.py", "k8s_harness.py",
+           "memory_model.py", "k8s_input_task.py"}
+# Benches that need the local Kubernetes (run below, marked k8s); k8s_memory.py's local part runs without it.
+K8S = {"k8s_startup.py", "k8s_deployed.py"}
+LOCAL_ARGS = {"k8s_memory.py": ("--local-only",)}
 
 
 def test_every_script_in_bench_is_smoke_tested_or_a_helper():
@@ -55,9 +67,14 @@ def assert_table_and_json(script: str, done: subprocess.CompletedProcess) -> dic
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("script", sorted(set(BENCHES) - {"k8s_startup.py"}))
+@pytest.mark.parametrize("script", sorted(set(BENCHES) - K8S))
 def test_bench_smoke(script, ignite_conn):
-    assert_table_and_json(script, run_smoke(script, "--ignite", ignite_conn.addresses_str))
+    data = assert_table_and_json(script, run_smoke(script, "--ignite", ignite_conn.addresses_str,
+                                                   *LOCAL_ARGS.get(script, ())))
+    if script == "k8s_memory.py":
+        assert {(r["launcher"], r["model"]) for r in data["runs"]} == {("local", "small"), ("local", "large")}
+    if script == "run_root.py":
+        assert data["runs"]["s3"][0]["files_in_store"] > 0  # the run really lived in the object store
 
 
 @pytest.mark.k8s
@@ -66,6 +83,30 @@ def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """On the session's local Kubernetes (``--kubeconfig``: the bench starts and stops none) in a namespace of
     its own, with the session Ignite cluster (its tasks use the host network, as the bench's own nodes would)."""
     done = run_smoke("k8s_startup.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
-                     "--namespace", k8s_namespace)
+                     "--namespace", k8s_namespace, "--host-network")
     data = assert_table_and_json("k8s_startup.py", done)
     assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes"]
+
+
+@pytest.mark.k8s
+@pytest.mark.timeout(900)
+def test_k8s_memory_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
+    """Two model sizes in real pods on the real node: each container's peak read from its cgroup on the node
+    (nothing simulated; the session's Ignite nodes on 127.0.0.1, so the tasks use the host network)."""
+    done = run_smoke("k8s_memory.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
+                     "--namespace", k8s_namespace, "--host-network")
+    data = assert_table_and_json("k8s_memory.py", done)
+    pods = [r for r in data["runs"] if r["launcher"] == "kubernetes"]
+    assert {r["model"] for r in pods} == {"small", "large"}
+    assert all(r["peak_mib"] and r["pod_limit"] for r in pods), pods
+
+
+@pytest.mark.k8s
+@pytest.mark.timeout(900)
+def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
+    """Start-up, input, a deleted worker pod and locality on the real node (the session's Ignite nodes on
+    127.0.0.1, so the tasks use the host network; the pod deletion is a real one)."""
+    done = run_smoke("k8s_deployed.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig",
+                     k8s_cluster.kubeconfig, "--namespace", k8s_namespace, "--host-network")
+    data = assert_table_and_json("k8s_deployed.py", done)
+    assert data["resume"]["status"] == "succeeded" and data["resume"]["next_epoch_s"] is not None

@@ -103,7 +103,7 @@ def worker_index(input_context=None) -> int:
     """This process's worker index: InputContext, then TF_CONFIG's worker task, else 0."""
     if input_context is not None:
         return int(input_context.input_pipeline_id)
-    from ignite_tf.cluster.spec import read_tf_config
+    from ignite_tf.contract import read_tf_config
 
     task = read_tf_config().get("task") or {}
     if task.get("type") == "worker":

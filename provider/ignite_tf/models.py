@@ -13,13 +13,15 @@ from ignite_tf.errors import ConfigError
 
 
 def tabular_classifier(n_features: int = 16, n_classes: int | None = None, learning_rate: float = 0.01,
-                       hidden: int = 32):
+                       hidden: int = 32, optimizer: str = "adam"):
     """A small MLP for tabular data: sparse categorical cross-entropy, accuracy.
 
     :param n_features: width of the input (feature columns).
     :param n_classes: label values ``0 .. n_classes-1``; the runtime passes it from the label column.
-    :param learning_rate: Adam's learning rate.
+    :param learning_rate: the optimizer's learning rate.
     :param hidden: units of each of the two hidden layers.
+    :param optimizer: a tf_keras optimizer's name (``adam``, ``sgd``, ``rmsprop``...); the Kubernetes memory
+        estimate counts its slots.
     """
     if n_classes is None or int(n_classes) < 2:
         raise ConfigError(f"tabular_classifier needs n_classes >= 2 (got {n_classes}): the runtime passes it from "
@@ -35,7 +37,9 @@ def tabular_classifier(n_features: int = 16, n_classes: int | None = None, learn
         tf_keras.layers.Dense(int(hidden), activation="relu"),
         tf_keras.layers.Dense(int(n_classes), activation="softmax"),
     ])
-    model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate=float(learning_rate)),
+    # A config without is_legacy_optimizer=False would deserialize to tf_keras's legacy optimizer.
+    model.compile(optimizer=tf_keras.optimizers.get({"class_name": optimizer, "config": {
+                      "learning_rate": float(learning_rate), "is_legacy_optimizer": False}}),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
 

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from ignite_tf.cluster.k8s import objects
-from ignite_tf.cluster.k8s.memory import TF_BASELINE_MIB, estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.errors import ConfigError
@@ -53,18 +52,6 @@ def test_tf_config_uses_the_headless_service_dns_names_and_pods_are_owned():
     svc = objects.service_manifest(spec, settings, owner)
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"] == [
         {"name": "tf-2222", "port": 2222, "targetPort": 2222}]
-
-
-def test_memory_estimate_counts_model_batches_reader_and_baseline():
-    est = estimate(_spec().job)
-    assert est.params == (16 + 1) * 64 + 65 * 64 + 65 * 2  # tabular_classifier.parameters(hidden=64)
-    assert est.batch_size == 32 and est.optimizer_slots == 2
-    assert est.total_mib >= TF_BASELINE_MIB * 1.25 and est.quantity().endswith("Mi")
-    big = estimate({"command": ["python", "x.py"]}, params=50_000_000)
-    assert big.model_mib == pytest.approx(50_000_000 * 4 * 4 / 2**20)
-    assert "parameters 50,000,000" in big.describe()
-    assert "unknown" in estimate({"command": ["python", "x.py"]}).describe()
-    assert parse_mib("1Gi") == 1024 and parse_mib("512Mi") == 512
 
 
 def test_yaml_launcher_kubernetes_reaches_the_train_task(tmp_path):

@@ -1,28 +1,142 @@
-"""A task's memory request, computed rather than chosen by hand.
+"""A task's memory request, computed from what the task will hold rather than chosen by hand.
 
-    estimate = TensorFlow's baseline + model (parameters + optimizer slots + gradients)
-               + batch buffers (prefetched batches) + reader buffers (pages decoded into NumPy), then headroom
+    estimate = TensorFlow's measured baseline + model (copies of the weights: weights + gradients + optimizer
+               slots, each at the measured bytes per weight)
+               + input (tf.data's prefetched batches and the blocks the reader hands it, at the table's row width)
+               + reader (scan pages in flight, decoded), then headroom
 
-The baseline was measured on this project's machine: a tf_keras task (TF 2.21, the Keras 2 API) that has
-imported TensorFlow and fitted a small model in one process peaks at 674 MiB RSS; ``TF_BASELINE_MIB`` adds
-room for a distributed task's gRPC server and the partition reader's client.
-Parameters come from ``kubernetes.model_params``, or from the entry point's ``parameters(**kwargs)``
-attribute when it has one (``ignite_tf.models:tabular_classifier`` does); a model of unknown size counts 0,
-which the printed estimate says.
+- **Baseline and bytes per parameter**: real task processes measured by ``bench/tf_baseline_memory.py`` (what a
+  task does but read Ignite: imports, the strategy and its gRPC server, a model fitted with the runtime's
+  backup and saved), at a tiny and a large model: the tiny one's peak is the baseline, the growth per
+  parameter of the large one (with Adam) ``param_bytes``. Both are written to
+  ``ignite_tf/resources/tf_baseline.json`` with the date, the TensorFlow version and how they were measured.
+  A weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 20): the optimizer's update
+  temporaries, the collectives' buffers, the checkpoints' serialisation.
+- **Row width**: the columns the task reads, from the cache itself (``ignite_tf.data.cache_columns``: its SQL
+  table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
+  float32 matrix, the label in its own type, and the reader decodes every column in its own type.
+- **Model**: parameters from ``kubernetes.model_params`` or the entry point's ``parameters(**model_args)``
+  attribute; the optimizer from the entry point's ``optimizer`` model argument (its default when not given),
+  or its ``optimizer`` attribute. ``model_footprint`` reads both from a built tf_keras model, which is how the
+  tests check the table of slots. What is not known is counted as the largest usual case and said so.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
 
-TF_BASELINE_MIB = 800
-OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "adagrad": 1, "sgd": 1, "momentum": 1}
-PREFETCHED_BATCHES = 4  # tf.data's AUTOTUNE prefetch and the batch being trained on
-READER_PAGE_ROWS = 1024  # rows of one decoded page (ignite_tf.reader) ...
-READER_PAGES = 4  # ... pages in flight per worker
-HEADROOM = 1.25
+# Copies of the weights an optimizer keeps, as tf_keras 2.21 builds them (``model_footprint`` measures it):
+# its SGD makes a momentum slot per weight even with momentum=0; RMSprop's ``centered`` adds a second.
+OPTIMIZER_SLOTS = {"sgd": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2,
+                   "nadam": 2, "adamax": 2, "adadelta": 2, "ftrl": 2}
+ASSUMED_OPTIMIZER = "adam"  # the usual choice, and the larger of the common ones: never below
+PREFETCHED_BATCHES = 4  # ignite_tf.data.PREFETCH_BATCHES, and the batch being trained on
+BLOCKS_HELD = 3  # ignite_tf.data: the block being cut into batches, the one read ahead, the one being read
+READER_PAGE_ROWS = 1024  # rows of one scan page (the reader's page_size) ...
+READER_PAGES = 5  # ... pages in flight: the reader's scans_ahead (4) and the one being decoded
+ASSUMED_ROW_BYTES = 256  # a row of a table that could not be read: 64 float32 columns
+HEADROOM = 1.15  # over the measured peak: allocator slack, TensorFlow's thread pools on larger nodes
+BASELINE_FILE = "tf_baseline.json"
 MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """TensorFlow's baseline as measured by ``bench/tf_baseline_memory.py`` (see ``BASELINE_FILE``)."""
+
+    peak_mib: float
+    measured: str
+    """UTC date of the measurement."""
+    tensorflow: str
+    how: str
+    """What was measured, and with what (cgroup ``memory.peak`` or peak RSS of the task process)."""
+    param_bytes: float = 16.0
+    """Memory per parameter, measured with ``param_bytes_optimizer``."""
+    param_bytes_optimizer: str = "adam"
+    samples_mib: list[float] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def copy_bytes(self) -> float:
+        """Measured bytes of one copy of a weight (``param_bytes`` over the copies its optimizer keeps)."""
+        return self.param_bytes / (2 + optimizer_slots(self.param_bytes_optimizer))
+
+
+@lru_cache(maxsize=1)
+def tf_baseline() -> Baseline:
+    """The measured baseline shipped with the provider (``ignite_tf/resources/tf_baseline.json``)."""
+    from importlib.resources import files
+
+    data = json.loads(files("ignite_tf").joinpath("resources", BASELINE_FILE).read_text())
+    known = {k: data.pop(k) for k in ("peak_mib", "measured", "tensorflow", "how", "param_bytes",
+                                      "param_bytes_optimizer", "samples_mib") if k in data}
+    return Baseline(**known, extra=data)
+
+
+@dataclass(frozen=True)
+class RowWidth:
+    """Bytes of one row: ``fed`` as training batches hold it (float32 features + the label in its type) and
+    ``read`` as the reader decodes it (the key and every column read, each in its own type)."""
+
+    fed: int
+    read: int
+    source: str
+    """Where the width came from: the table's name and columns, or why it is assumed."""
+
+    @classmethod
+    def of_columns(cls, dtypes: dict[str, Any], features: list[str], label: str | None, key: str | None,
+                   source: str) -> RowWidth:
+        import numpy as np
+
+        def size(name: str) -> int:
+            dtype = np.dtype(dtypes[name])
+            return dtype.itemsize if dtype.kind in "biufc" else 8 + 32  # a string: pointer + a short value
+
+        fed = 4 * len(features) + (size(label) if label else 0)
+        read = sum(size(n) for n in dict.fromkeys([*([key] if key else []), *features, *([label] if label else [])])
+                   if n in dtypes)
+        return cls(fed, max(fed, read), source)
+
+    @classmethod
+    def assumed(cls, why: str) -> RowWidth:
+        return cls(ASSUMED_ROW_BYTES, ASSUMED_ROW_BYTES, f"assumed {ASSUMED_ROW_BYTES} B ({why})")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Parameters of the model (None: unknown) and its optimizer's name (None: unknown, Adam assumed)."""
+
+    params: int | None
+    optimizer: str | None
+
+    @property
+    def slots(self) -> int:
+        return optimizer_slots(self.optimizer)
+
+
+def optimizer_slots(optimizer: str | None) -> int:
+    """Copies of the weights the named optimizer keeps (``OPTIMIZER_SLOTS``); unknown counts as Adam's."""
+    return OPTIMIZER_SLOTS.get((optimizer or ASSUMED_OPTIMIZER).lower().replace("_", ""),
+                               OPTIMIZER_SLOTS[ASSUMED_OPTIMIZER])
+
+
+def model_footprint(model) -> tuple[int, int]:
+    """(parameters, optimizer slots per weight) of a compiled tf_keras model, measured on its variables: the
+    optimizer is built over the trainable weights and its slot variables counted."""
+    import numpy as np
+
+    params = int(model.count_params())
+    weights = [v for v in model.trainable_variables]
+    trainable = sum(int(np.prod(v.shape)) for v in weights)
+    opt = model.optimizer
+    opt.build(weights)
+    variables = opt.variables() if callable(opt.variables) else opt.variables
+    slot_values = sum(int(np.prod(v.shape)) for v in variables if len(v.shape) and "iteration" not in v.name)
+    return params, round(slot_values / trainable) if trainable else 0
 
 
 @dataclass
@@ -30,21 +144,38 @@ class MemoryEstimate:
     params: int | None
     optimizer_slots: int
     batch_size: int
-    row_bytes: int
-    baseline_mib: float = TF_BASELINE_MIB
+    row: RowWidth
+    shuffle_buffer: int = 0
+    optimizer: str | None = None
+    baseline: Baseline = field(default_factory=tf_baseline)
+
+    @property
+    def baseline_mib(self) -> float:
+        return self.baseline.peak_mib
+
+    @property
+    def row_bytes(self) -> int:
+        return self.row.fed
 
     @property
     def model_mib(self) -> float:
-        # Weights, one gradient per weight, and the optimizer's slots; float32.
-        return (self.params or 0) * 4 * (2 + self.optimizer_slots) / MIB
+        # Weights, one gradient per weight, and the optimizer's slots, each at the measured bytes of a copy.
+        return (self.params or 0) * self.baseline.copy_bytes * (2 + self.optimizer_slots) / MIB
+
+    @property
+    def block_rows(self) -> int:
+        from ignite_tf.data import BLOCK_ROWS
+
+        return max(BLOCK_ROWS, self.batch_size, self.shuffle_buffer)
 
     @property
     def batch_mib(self) -> float:
-        return self.batch_size * self.row_bytes * PREFETCHED_BATCHES / MIB
+        rows = PREFETCHED_BATCHES * self.batch_size + BLOCKS_HELD * self.block_rows
+        return rows * self.row.fed / MIB
 
     @property
     def reader_mib(self) -> float:
-        return READER_PAGE_ROWS * READER_PAGES * self.row_bytes * 2 / MIB  # wire bytes + decoded columns
+        return READER_PAGE_ROWS * READER_PAGES * self.row.read * 2 / MIB  # wire bytes + decoded columns
 
     @property
     def total_mib(self) -> int:
@@ -56,13 +187,19 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         params = "unknown (counted as 0; set kubernetes.model_params)" if self.params is None else f"{self.params:,}"
+        optimizer = self.optimizer or f"unknown ({ASSUMED_OPTIMIZER} assumed)"
         return (f"memory estimate per task: {self.quantity()} = (TensorFlow baseline {self.baseline_mib:.0f} MiB "
-                f"+ model {self.model_mib:.1f} MiB [parameters {params}, {self.optimizer_slots} optimizer slot(s)] "
-                f"+ batches {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x {self.batch_size} rows x "
-                f"{self.row_bytes} B] + reader {self.reader_mib:.1f} MiB) x {HEADROOM} headroom")
+                f"[measured {self.baseline.measured}, TensorFlow {self.baseline.tensorflow}] "
+                f"+ model {self.model_mib:.1f} MiB [parameters {params} x {2 + self.optimizer_slots} copies x "
+                f"{self.baseline.copy_bytes:.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
+                f"{self.batch_size} + {BLOCKS_HELD} x {self.block_rows} rows x {self.row.fed} B] + reader "
+                f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}]) x {HEADROOM} headroom")
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "total_mib": self.total_mib}
+        return {"params": self.params, "optimizer": self.optimizer, "optimizer_slots": self.optimizer_slots,
+                "batch_size": self.batch_size, "shuffle_buffer": self.shuffle_buffer, "row": asdict(self.row),
+                "baseline_mib": self.baseline_mib, "model_mib": self.model_mib, "batch_mib": self.batch_mib,
+                "reader_mib": self.reader_mib, "headroom": HEADROOM, "total_mib": self.total_mib}
 
 
 def parse_mib(quantity: str | None) -> float | None:
@@ -78,37 +215,84 @@ def parse_mib(quantity: str | None) -> float | None:
     return float(text) / MIB
 
 
-def row_bytes_of(plan) -> int:
-    """Bytes of one row as the reader yields it: 4 per column (float32/int32), at least 64."""
-    columns = len(getattr(plan.partition_map, "columns", None) or []) if plan is not None else 0
-    return max(64, 4 * (columns or 17))
+def row_width(plan, conn=None, label_column: str | None = None, features: list[str] | None = None) -> RowWidth:
+    """The width of the rows the task reads from the plan's cache, asked from the cache itself (the columns
+    the runtime picks: ``features``, default every numeric column but the key and the label). ``conn``: the
+    cluster (default: ``IGNITE_TF_*`` of this process). A cache that cannot be read gives an assumed width."""
+    from ignite_tf.connection import IgniteConnectionConfig
+    from ignite_tf.data import cache_columns
+    from ignite_tf.defaults import DEFAULT_LABEL_COLUMN
+
+    if plan is None:
+        return RowWidth.assumed("no shard plan")
+    conn = conn or IgniteConnectionConfig.from_env()
+    if conn is None:
+        return RowWidth.assumed("no Ignite connection to read the table's columns")
+    label = label_column or DEFAULT_LABEL_COLUMN
+    try:
+        names, label_name, dtypes, layout = cache_columns(plan, conn, label, features)
+    except Exception as exc:  # noqa: BLE001 - an estimate must not stop a launch; the printed line says why
+        return RowWidth.assumed(f"columns of '{plan.partition_map.cache}' not read: {str(exc)[:120]}")
+    key = layout[2][0]
+    numeric = [n for n in names if _numeric(dtypes[n])]
+    return RowWidth.of_columns(dtypes, numeric, label_name, key,
+                               f"table '{plan.partition_map.cache}': {len(numeric)} feature(s) + label "
+                               f"{label_name} ({dtypes[label_name]})")
 
 
-def entry_point_params(job: dict) -> int | None:
-    """Parameters of an entry point's model, from its ``parameters(**model_args)`` attribute, without TF."""
-    entry = job.get("entry_point")
+def _numeric(dtype) -> bool:
+    import numpy as np
+
+    return np.dtype(dtype).kind in "biuf"
+
+
+def entry_point_model(job: dict) -> ModelSize:
+    """Parameters and optimizer of an entry point's model, without TensorFlow: its ``parameters(**model_args)``
+    attribute, and its ``optimizer`` model argument (the function's default when not given) or attribute."""
+    entry = job.get("entry_point") or _arg(_args(job), "--entry-point")
     if not entry:
-        return None
+        return ModelSize(None, None)
     import importlib
+    import inspect
 
     module, _, name = entry.partition(":")
     try:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
-        return None
+        return ModelSize(None, None)
+    kwargs = _model_args(_args(job))
+    params = None
     count = getattr(fn, "parameters", None)
-    if count is None:
-        return None
-    kwargs = _model_args(job.get("args", []))
-    try:
-        return int(count(**kwargs))
-    except TypeError:
-        return None
+    if count is not None:
+        try:
+            params = int(count(**kwargs))
+        except TypeError:
+            params = None
+    optimizer = kwargs.get("optimizer")
+    if optimizer is None:
+        try:
+            default = inspect.signature(fn).parameters.get("optimizer")
+        except (TypeError, ValueError):
+            default = None
+        optimizer = default.default if default is not None and default.default is not inspect.Parameter.empty \
+            else getattr(fn, "optimizer", None)
+    return ModelSize(params, str(optimizer).lower() if isinstance(optimizer, str) else None)
+
+
+def entry_point_params(job: dict) -> int | None:
+    """Parameters of an entry point's model (``entry_point_model``)."""
+    return entry_point_model(job).params
+
+
+def _args(job: dict) -> list[str]:
+    return [str(a) for a in (job.get("args") or job.get("command") or [])]
+
+
+def _arg(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
 
 
 def _model_args(args: list[str]) -> dict:
-    import json
-
     out = {}
     for i, a in enumerate(args[:-1]):
         if a == "--model-arg":
@@ -120,10 +304,25 @@ def _model_args(args: list[str]) -> dict:
     return out
 
 
-def estimate(job: dict, plan=None, params: int | None = None, optimizer: str = "adam") -> MemoryEstimate:
-    batch = 64
-    args = job.get("args", [])
-    if "--batch-size" in args[:-1]:
-        batch = int(args[args.index("--batch-size") + 1])
-    params = params if params is not None else entry_point_params(job)
-    return MemoryEstimate(params, OPTIMIZER_SLOTS.get(optimizer, 2), batch, row_bytes_of(plan))
+def estimate(job: dict, plan=None, params: int | None = None, optimizer: str | None = None, *, conn=None,
+             row: RowWidth | None = None) -> MemoryEstimate:
+    """The memory of one task of ``job`` over ``plan``'s cache.
+
+    :param params: the model's parameters (``kubernetes.model_params``); default: the entry point's count.
+    :param optimizer: the optimizer's name; default: the entry point's (Adam assumed when unknown).
+    :param conn: the Ignite cluster to read the table's columns from (default: this process's ``IGNITE_TF_*``).
+    :param row: the row width, when already known (else read from the table).
+    """
+    from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER
+
+    args = _args(job)
+    batch = int(_arg(args, "--batch-size") or DEFAULT_BATCH_SIZE)
+    shuffle = int(_arg(args, "--shuffle-buffer") or DEFAULT_SHUFFLE_BUFFER)
+    features = _arg(args, "--features")
+    label = _arg(args, "--label-column") or _arg(args, "--label")
+    model = entry_point_model(job)
+    params = params if params is not None else model.params
+    optimizer = (optimizer or model.optimizer or "").lower() or None
+    if row is None:
+        row = row_width(plan, conn, label, features.split(",") if features else None)
+    return MemoryEstimate(params, optimizer_slots(optimizer), batch, row, shuffle, optimizer)

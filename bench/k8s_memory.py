@@ -1,0 +1,155 @@
+"""The memory estimate beside what tasks really use: two model sizes, in real pods and as local processes.
+
+    .venv/bin/python bench/k8s_memory.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+                                         [--namespace NAME] [--host-network] [--local-only] [--rows N]
+                                         [--epochs N]
+
+Loads a ``--rows`` (20,000) row cache of 16 float features and an integer label into Ignite (its own 2 local
+nodes, or ``--ignite``: e.g. the Ignite pods of ``make k8s-up``'s ``IGNITE_TF_ADDRESSES``), and trains a
+2-worker sync cluster of ``bench/memory_model.py:model`` (``tabular_classifier`` with Adam) for ``--epochs``
+(3) epochs at two sizes: ``small`` (hidden=32, 1,666 parameters) and ``large`` (hidden=2,048, about 4.2
+million). For each it prints the estimate (``ignite_tf.cluster.k8s.memory.estimate`` over the real table and
+the model; the Kubernetes launcher sets it as each pod's request and limit) beside each task's peak:
+
+  kubernetes  each container's peak on the real node: its cgroup (found under /sys/fs/cgroup by the container
+              id of the pod's status), ``memory.peak`` (cgroup v2) or ``memory.max_usage_in_bytes`` (v1),
+              polled every 0.1 s while the pod runs, and the peak the task read from inside at the end of
+              ``fit``, whichever is larger;
+  local       the chief process's peak resident set (``VmHWM``) at the end of ``fit``.
+
+Goal: estimate within +-25% of the peak and never below it (``estimate / peak`` in [1.0, 1.25]).
+``--local-only``: the local launcher only (no Kubernetes). ``--smoke``: 2,000 rows, 1 epoch, large =
+hidden 512 (see ``bench/harness.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
+from k8s_harness import (  # noqa: E402
+    PeakWatch,
+    add_k8s_arguments,
+    core_v1,
+    job_dir_with,
+    kubernetes,
+    marked_lines,
+    pod_settings,
+    run_root,
+    wait_cluster,
+)
+
+set_bench_env()
+CACHE = "k8s_memory_bench"
+SIZES = {"small": 32, "large": 2048}
+GOAL = (1.0, 1.25)
+
+
+def job(hidden: int, epochs: int, job_dir: Path) -> dict:
+    command = ["python", "-m", "ignite_tf.runtime", "--entry-point", "memory_model:model", "--epochs", str(epochs),
+               "--batch-size", "64", "--label-column", "label", "--model-arg", f"hidden={hidden}"]
+    return {"command": command, "job_dir": str(job_dir)}
+
+
+def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, settings: dict | None, plan) -> list[dict]:
+    from memory_model import MARK
+
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.k8s.memory import estimate
+    from ignite_tf.cluster.state import Status
+
+    the_job = job(hidden, epochs, job_dir_with(tmp, f"job-{kind}-{size}", "memory_model.py"))
+    est = estimate(the_job, plan, conn=conn)
+    cluster_id = f"mem-bench-{kind[:5]}-{size}-{os.getpid()}"
+    launcher = make_launcher(conn, kind=kind, kubernetes=settings)
+    start_cluster(CACHE, the_job, conn=conn, mode="sync", workers=2, max_restarts=0, cluster_id=cluster_id,
+                  run_root=run_root(tmp, kind), launcher=launcher, plan=plan, startup_deadline_s=600)
+    watch = PeakWatch(core_v1(), settings["namespace"], cluster_id) if kind == "kubernetes" else None
+    state = wait_cluster(launcher, cluster_id, every=watch.poll if watch else None)
+    text = launcher.output(cluster_id)[0]
+    inside = {m["task"]: m for m in marked_lines(text, MARK)}
+    if state.status is not Status.SUCCEEDED and "OOMKilled" not in (state.reason or ""):
+        raise RuntimeError(f"{kind} {size}: ended {state.status.value}: {state.reason}\n{launcher.tail(cluster_id, 30)}")
+    rows = []
+    tasks = sorted(set(watch.peaks) | set(inside)) if watch else sorted(inside)
+    for task in tasks:
+        seen = inside.get(task, {})
+        node = watch.peaks.get(task) if watch else None
+        candidates = {"cgroup on the node": node, "cgroup inside": seen.get("cgroup_peak_mib")} if watch else \
+            {"peak RSS": seen.get("rss_peak_mib")}
+        how, peak = max(((k, v) for k, v in candidates.items() if v), key=lambda kv: kv[1], default=("-", None))
+        ratio = est.total_mib / peak if peak else None
+        rows.append({"launcher": kind, "model": size, "hidden": hidden, "params": est.params,
+                     "estimate_mib": est.total_mib, "pod_limit": (watch.estimates.get(task) if watch else None),
+                     "task": task, "peak_mib": round(peak, 1) if peak else None, "measured_by": how,
+                     "ratio": round(ratio, 3) if ratio else None,
+                     "goal_met": bool(ratio and GOAL[0] <= ratio <= GOAL[1]),
+                     "oom_killed": "OOMKilled" in (state.reason or ""), "estimate": est.to_dict()})
+    if not rows:
+        raise RuntimeError(f"{kind} {size}: no task reported its peak:\n{launcher.tail(cluster_id, 30)}")
+    return rows
+
+
+def run(args, say) -> list[dict]:
+    from ignite_tf_dev.demo_data import tabular
+
+    from ignite_tf.etl import load
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+
+    sizes = dict(SIZES, large=512) if args.smoke else SIZES
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="k8s-memory-bench-") as name:
+        tmp = Path(name)
+        with ignite(args.ignite, tmp / "ignite", say) as nodes:
+            conn = nodes.conn
+            load(conn, CACHE, tabular(args.rows), key="id")
+            plan = ShardPlan.build(PartitionMap.discover(conn, CACHE), 2)
+            for size, hidden in sizes.items():
+                say(f"local {size} (hidden={hidden}) ...")
+                results += one(conn, "local", size, hidden, args.epochs, tmp, None, plan)
+            if args.local_only:
+                return results
+            with kubernetes(args.kubeconfig, say):
+                settings = pod_settings(args.namespace, args.host_network)
+                for size, hidden in sizes.items():
+                    say(f"kubernetes {size} (hidden={hidden}) ...")
+                    results += one(conn, "kubernetes", size, hidden, args.epochs, tmp, settings, plan)
+    return results
+
+
+def table(results: list[dict]) -> str:
+    base = results[0]["estimate"]["baseline_mib"] if results else 0
+    lines = [f"Memory estimate beside each task's measured peak (2 sync workers; TensorFlow baseline {base} MiB)",
+             "", "| launcher | model | parameters | task | estimate (MiB) | peak (MiB) | measured by | estimate / peak "
+             "| goal 1.0-1.25 |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
+        lines.append(f"| {r['launcher']} | {r['model']} | {r['params']:,} | {r['task']} | {r['estimate_mib']} | "
+                     f"{r['peak_mib']} | {r['measured_by']} | {ratio} | {'yes' if r['goal_met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    add_k8s_arguments(parser)
+    parser.add_argument("--local-only", action="store_true", help="the local launcher only, no Kubernetes")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.epochs = 2_000, 1
+    results = run(args, say_to_stderr(args.json and not args.smoke))
+    report(args, table(results), {"runs": results, "goal": list(GOAL)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

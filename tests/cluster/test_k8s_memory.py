@@ -1,0 +1,138 @@
+"""The memory estimate's parts against the real things: the table's columns and types in a real Ignite cache,
+the optimizer slots of a real built tf_keras model, the baseline file written by bench/tf_baseline_memory.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib.resources import files
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ignite_tf.cluster.k8s import memory
+from ignite_tf.cluster.k8s.memory import (
+    HEADROOM,
+    OPTIMIZER_SLOTS,
+    RowWidth,
+    entry_point_model,
+    estimate,
+    model_footprint,
+    optimizer_slots,
+    parse_mib,
+    row_width,
+)
+
+ENTRY = "ignite_tf.models:tabular_classifier"
+
+
+def _job(*model_args: str, extra: tuple[str, ...] = ()) -> dict:
+    args = ["--batch-size", "32", *extra]
+    for a in model_args:
+        args += ["--model-arg", a]
+    return {"entry_point": ENTRY, "args": args}
+
+
+def test_baseline_is_the_measured_file_with_its_provenance():
+    data = json.loads(files("ignite_tf").joinpath("resources", memory.BASELINE_FILE).read_text())
+    base = memory.tf_baseline()
+    assert base.peak_mib == data["peak_mib"] > 300  # a TensorFlow process, not a placeholder
+    assert base.peak_mib == max(data["samples_mib"])
+    # Each copy of a weight (weights, gradients, Adam's 2 slots) at the measured cost, never under its 4 bytes.
+    assert base.param_bytes == data["param_bytes"] and base.param_bytes_optimizer == "adam"
+    assert base.copy_bytes == pytest.approx(data["param_bytes"] / 4) and base.copy_bytes >= 4
+    assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/tf_baseline_memory.py" in base.how
+    est = estimate(_job("hidden=64"), row=RowWidth(72, 80, "given"))
+    assert est.baseline_mib == base.peak_mib
+    raw = est.baseline_mib + est.model_mib + est.batch_mib + est.reader_mib
+    assert est.total_mib == math.ceil(raw * HEADROOM / 16) * 16 and est.quantity() == f"{est.total_mib}Mi"
+    assert f"measured {base.measured}, TensorFlow {base.tensorflow}" in est.describe()
+
+
+def test_model_part_counts_weights_gradients_and_the_entry_points_optimizer():
+    est = estimate(_job("hidden=64"), row=RowWidth(72, 80, "given"))
+    assert est.params == (16 + 1) * 64 + 65 * 64 + 65 * 2  # tabular_classifier.parameters(hidden=64)
+    assert est.batch_size == 32 and est.optimizer == "adam" and est.optimizer_slots == 2
+    copy = memory.tf_baseline().copy_bytes
+    assert est.model_mib == pytest.approx(est.params * copy * (2 + 2) / 2**20)
+    sgd = estimate(_job("optimizer=sgd"), row=RowWidth(72, 80, "given"))
+    assert sgd.optimizer == "sgd" and sgd.optimizer_slots == OPTIMIZER_SLOTS["sgd"]
+    assert sgd.model_mib == pytest.approx(est.model_mib * (2 + 1) / (2 + 2) * sgd.params / est.params)
+    big = estimate({"command": ["python", "x.py"]}, params=50_000_000, row=RowWidth(72, 80, "given"))
+    assert big.model_mib == pytest.approx(50_000_000 * copy * 4 / 2**20)  # a script's optimizer: Adam assumed
+    assert "parameters 50,000,000" in big.describe() and "adam assumed" in big.describe()
+    unknown = estimate({"command": ["python", "x.py"]}, row=RowWidth(72, 80, "given"))
+    assert "unknown" in unknown.describe() and unknown.model_mib == 0
+    assert estimate({"command": ["python", "x.py"]}, params=10, optimizer="SGD",
+                    row=RowWidth(72, 80, "given")).optimizer_slots == 1
+    assert parse_mib("1Gi") == 1024 and parse_mib("512Mi") == 512
+
+
+def test_input_part_holds_the_blocks_and_batches_the_reader_hands_tf_data():
+    from ignite_tf.data import BLOCK_ROWS, PREFETCH_BATCHES
+
+    assert memory.PREFETCHED_BATCHES == PREFETCH_BATCHES
+    est = estimate(_job(extra=("--shuffle-buffer", "0")), row=RowWidth(100, 120, "given"))
+    assert est.block_rows == BLOCK_ROWS
+    assert est.batch_mib == pytest.approx((PREFETCH_BATCHES * 32 + memory.BLOCKS_HELD * BLOCK_ROWS) * 100 / 2**20)
+    assert est.reader_mib == pytest.approx(memory.READER_PAGE_ROWS * memory.READER_PAGES * 120 * 2 / 2**20)
+    wide = estimate(_job(extra=("--shuffle-buffer", "100000")), row=RowWidth(100, 120, "given"))
+    assert wide.block_rows == 100_000 and wide.batch_mib > est.batch_mib
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop", "adam"])
+def test_optimizer_slots_are_what_the_built_model_allocates(optimizer):
+    """The built-in model built for real with each optimizer: its parameters and slot variables counted on
+    the model equal what the estimate takes from the entry point without TensorFlow."""
+    from ignite_tf.models import tabular_classifier
+
+    args = ("n_features=5", "n_classes=3", "hidden=8", f"optimizer={optimizer}")
+    model = tabular_classifier(n_features=5, n_classes=3, hidden=8, optimizer=optimizer)
+    params, slots = model_footprint(model)
+    told = entry_point_model(_job(*args))
+    assert (told.params, told.optimizer, told.slots) == (params, optimizer, slots)
+
+
+def test_momentum_slots_are_what_a_built_sgd_with_momentum_allocates():
+    from ignite_tf.runtime.start import import_tf
+
+    import_tf()
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.layers.InputLayer(input_shape=(4,)), tf_keras.layers.Dense(3)])
+    model.compile(optimizer=tf_keras.optimizers.SGD(momentum=0.9), loss="mse")
+    assert model_footprint(model) == (15, optimizer_slots("momentum"))
+
+
+def test_row_width_is_read_from_the_real_table(ignite_conn):
+    """A table of mixed column types: the fed row is float32 features + the label in its own type, the read
+    row every column the task reads (key included) in its own type; --features narrows both."""
+    from ignite_tf.etl import load
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+
+    cache = "memory_row_width"
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"id": np.arange(200), "a": rng.normal(size=200), "b": rng.normal(size=200),
+                          "c": rng.integers(0, 9, size=200), "flag": rng.integers(0, 2, size=200) == 1,
+                          "label": rng.integers(0, 3, size=200)})
+    schema = {"id": "int64", "a": "float64", "b": "float32", "c": "int32", "flag": "bool", "label": "int32"}
+    load(ignite_conn, cache, frame, schema=schema, key="id")
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2)
+
+    row = row_width(plan, ignite_conn, "label")
+    assert row.fed == 4 * 4 + 4  # a, b, c, flag as float32; the int32 label
+    assert row.read == 8 + 8 + 4 + 4 + 1 + 4  # key BIGINT, a DOUBLE, b REAL, c INT, flag BOOLEAN, label INT
+    assert "memory_row_width" in row.source and "4 feature(s)" in row.source
+
+    narrow = row_width(plan, ignite_conn, "label", ["a"])
+    assert (narrow.fed, narrow.read) == (4 + 4, 8 + 8 + 4)
+
+    job = {"entry_point": ENTRY, "args": ["--label-column", "label", "--features", "a", "--batch-size", "16"]}
+    est = estimate(job, plan, conn=ignite_conn)
+    assert est.row == narrow and est.batch_size == 16
+
+    missing = row_width(plan, ignite_conn, "no_such_label")
+    assert missing.fed == memory.ASSUMED_ROW_BYTES and "not read" in missing.source
+    assert "no shard plan" in row_width(None).source
