@@ -55,12 +55,16 @@ from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import Reshuffle, ShardPlan, WorkerShard
 from ignite_tf.reader.ahead import HeadStart
-from ignite_tf.reader.blocks import block_shuffle, filled, group, rebatch, stack_columns
+from ignite_tf.reader.blocks import (
+    BLOCK_ROWS,
+    PREFETCH_BATCHES,
+    block_shuffle,
+    filled,
+    group,
+    rebatch,
+    stack_columns,
+)
 
-# Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
-BLOCK_ROWS = 16_384
-# Batches ready ahead of the training step: cut from a block already in memory, a few are enough.
-PREFETCH_BATCHES = 4
 # Blocks read ahead of the one being cut into batches.
 BLOCKS_AHEAD = 1
 
@@ -463,21 +467,11 @@ def _conn(conn: IgniteConnectionConfig | None) -> IgniteConnectionConfig:
 @_label_renamed
 def cache_columns(plan: ShardPlan, conn, label_column: str | None, features: list[str] | None,
                   include_key: bool = False):
-    """(feature names, label name, {column: dtype}, reader layout) of the plan's cache (see ``feature_columns``)."""
-    from ignite_tf.reader.layout import feature_columns
-    from ignite_tf.reader.partition import PartitionReader
+    """(feature names, label name, {column: dtype}, reader layout) of the plan's cache (see
+    :func:`ignite_tf.reader.columns.cache_columns`)."""
+    from ignite_tf.reader.columns import cache_columns as columns_of
 
-    # The plan's routes: else the probe asks the cluster where each partition lives (0.14 s for 1,024).
-    with PartitionReader(_conn(conn), plan.partition_map.cache, batch_size=1,
-                         primaries=plan.partition_map.primary_addresses()) as probe:
-        dtypes, key_column, layout = dict(probe.schema), probe.key_column, probe.layout
-    label_name = label_column.lower() if label_column else None
-    if label_name and label_name not in dtypes:
-        raise ConfigError(f"label_column {label_column!r} is not a column of cache '{plan.partition_map.cache}' "
-                          f"(columns: {', '.join(dtypes)})")
-    names = feature_columns(dtypes, plan.partition_map.cache, key=key_column, label=label_name, features=features,
-                            include_key=include_key)
-    return names, label_name, dtypes, layout
+    return columns_of(plan, _conn(conn), label_column, features, include_key=include_key)
 
 
 def _tf_dtype(tf, dtype: np.dtype):

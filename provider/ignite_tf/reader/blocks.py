@@ -12,6 +12,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
+# Rows per element handed from Python to tf.data, which cuts them into batches in C++ (``rebatch``).
+BLOCK_ROWS = 16_384
+# Batches ready ahead of the training step: cut from a block already in memory, a few are enough.
+PREFETCH_BATCHES = 4
+
 
 def filled(values: np.ndarray) -> np.ndarray:
     """``values`` without a mask: nulls filled with the reader's fill value for the dtype."""

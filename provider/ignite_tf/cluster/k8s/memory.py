@@ -12,7 +12,7 @@
   ``ignite_tf/resources/tf_baseline.json`` with the date, the TensorFlow version and how they were measured.
   A weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 20): the optimizer's update
   temporaries, the collectives' buffers, the checkpoints' serialisation.
-- **Row width**: the columns the task reads, from the cache itself (``ignite_tf.data.cache_columns``: its SQL
+- **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``: its SQL
   table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
   float32 matrix, the label in its own type, and the reader decodes every column in its own type.
 - **Model**: parameters from ``kubernetes.model_params`` or the entry point's ``parameters(**model_args)``
@@ -34,7 +34,7 @@ from typing import Any
 OPTIMIZER_SLOTS = {"sgd": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2,
                    "nadam": 2, "adamax": 2, "adadelta": 2, "ftrl": 2}
 ASSUMED_OPTIMIZER = "adam"  # the usual choice, and the larger of the common ones: never below
-PREFETCHED_BATCHES = 4  # ignite_tf.data.PREFETCH_BATCHES, and the batch being trained on
+PREFETCHED_BATCHES = 4  # ignite_tf.reader.blocks.PREFETCH_BATCHES, and the batch being trained on
 BLOCKS_HELD = 3  # ignite_tf.data: the block being cut into batches, the one read ahead, the one being read
 READER_PAGE_ROWS = 1024  # rows of one scan page (the reader's page_size) ...
 READER_PAGES = 5  # ... pages in flight: the reader's scans_ahead (4) and the one being decoded
@@ -164,7 +164,7 @@ class MemoryEstimate:
 
     @property
     def block_rows(self) -> int:
-        from ignite_tf.data import BLOCK_ROWS
+        from ignite_tf.reader.blocks import BLOCK_ROWS
 
         return max(BLOCK_ROWS, self.batch_size, self.shuffle_buffer)
 
@@ -220,8 +220,8 @@ def row_width(plan, conn=None, label_column: str | None = None, features: list[s
     the runtime picks: ``features``, default every numeric column but the key and the label). ``conn``: the
     cluster (default: ``IGNITE_TF_*`` of this process). A cache that cannot be read gives an assumed width."""
     from ignite_tf.connection import IgniteConnectionConfig
-    from ignite_tf.data import cache_columns
     from ignite_tf.defaults import DEFAULT_LABEL_COLUMN
+    from ignite_tf.reader.columns import cache_columns
 
     if plan is None:
         return RowWidth.assumed("no shard plan")
