@@ -104,8 +104,7 @@ def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None,
                 os.environ["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = json.dumps(
                     {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
                 settings = {"namespace": namespace, "host_network": True, "dns": False,
-                            "node_selector": {local_k8s.HOST_LABEL: "real-0"},
-                            "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}]}
+                            "node_selector": {local_k8s.HOST_LABEL: "real-0"}}
                 say("kubernetes launcher ...")
                 results.append(one(conn, "kubernetes", tmp, settings))
                 say(f"  {results[-1]}")
