@@ -61,7 +61,9 @@ def test_pods_resolve_services_through_cluster_dns(k8s_cluster, k8s_namespace):
         "print(json.dumps({'probe': socket.gethostbyname('probe'),\n"
         "  'api': socket.gethostbyname('kubernetes.default.svc.cluster.local'),\n"
         "  'resolv': open('/etc/resolv.conf').read(), 'via_api': svc['spec']['clusterIP']}))\n")
-    core.create_namespaced_role_binding(ns, {
+    from kubernetes import client
+
+    client.RbacAuthorizationV1Api(k8s_cluster.api).create_namespaced_role_binding(ns, {
         "metadata": {"name": "view"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                                   "name": "view"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]})
