@@ -366,7 +366,9 @@ def down(layout: Layout | None = None) -> list[str]:
     host.kill_shims(layout.containerd_sock)
     if addons.stop_object_store(layout):
         stopped.append("object store")
-    host.restore_host(layout.host_state, layout.home, BRIDGE)
+    # The bridge only if this folder's real node made it: a `down` of another folder (a test's) must not cut
+    # off a running cluster's pods.
+    host.restore_host(layout.host_state, layout.home, BRIDGE if (layout.run / "cni-conf").exists() else None)
     shutil.rmtree(layout.run, ignore_errors=True)
     return stopped
 
