@@ -116,9 +116,37 @@ def deploy_ignite(layout: Layout, namespace: str = IGNITE_NAMESPACE, timeout: fl
     if f"namespace/{namespace}" not in kubectl(layout, "get", "namespaces", "-o", "name").split():
         kubectl(layout, "create", "namespace", namespace)
     kubectl(layout, "apply", "-n", namespace, "-f", "-", stdin=local_ignite_manifest())
+    deadline = time.monotonic() + timeout
     _wait(lambda: len(_ready_pods(layout, namespace, IGNITE_SELECTOR)) >= IGNITE_REPLICAS, timeout,
           f"{IGNITE_REPLICAS} Ready Ignite pods in {namespace}", lambda: _describe(layout, namespace, IGNITE_SELECTOR))
-    return ignite_addresses(layout, namespace)
+    addresses = ignite_addresses(layout, namespace)
+    # A pod is Ready once its thin-client port is open, which can be before its node has joined the others
+    # and its SQL schema SYS exists: wait until every node answers that it sees them all.
+    last: list[str] = []
+
+    def formed() -> bool:
+        last[:] = [_server_count(a) for a in addresses]
+        return last == [str(IGNITE_REPLICAS)] * len(addresses)
+
+    _wait(formed, max(deadline - time.monotonic(), 30), f"the Ignite pods {addresses} to form one cluster",
+          lambda: f"servers seen by each: {last}")
+    return addresses
+
+
+def _server_count(address: str) -> str:
+    """How many server nodes the Ignite node at ``address`` sees (or the error)."""
+    from pyignite import Client
+
+    host, port = address.rsplit(":", 1)
+    client = Client(timeout=5)
+    try:
+        client.connect(host, int(port))
+        with client.sql("SELECT COUNT(*) FROM SYS.NODES WHERE IS_CLIENT = FALSE") as cur:
+            return str(next(iter(cur))[0])
+    except Exception as exc:  # noqa: BLE001 - not ready yet; shown if it never is
+        return f"{type(exc).__name__}: {exc}"[:200]
+    finally:
+        client.close()
 
 
 def ignite_addresses(layout: Layout, namespace: str = IGNITE_NAMESPACE) -> list[str]:
