@@ -17,7 +17,7 @@ STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup browser lock test docs demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status clean
+.PHONY: setup browser lock test docs demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status image clean
 
 setup: $(STAMP)
 
@@ -86,12 +86,20 @@ ignite-status: setup
 	$(IGNITE) status
 
 # A local Kubernetes (ignite_tf_dev.k8s.cluster): built once into ~/.cache/ignite-tf/k8s-<version> (about 30 minutes
-# the first time on 2 cores), then etcd + control plane + $(K8S_NODES) kwok nodes + one real node. Needs root.
+# the first time on 2 cores), then etcd + control plane + $(K8S_NODES) kwok nodes + one real node, cluster DNS, an
+# object store and Ignite's pods; ends with the export lines a shell needs (`eval "$$(make -s k8s-up | grep ^export)"`).
+# Needs root.
 k8s-build: setup
 	$(PY) -m ignite_tf_dev.k8s build
 
 k8s-up: setup
 	$(PY) -m ignite_tf_dev.k8s up -n $(K8S_NODES)
+
+# The TensorFlow task image as a docker-archive file (docker load -i / skopeo copy docker-archive:...); the same
+# layers the local Kubernetes runs (built with them: root, about 10 minutes the first time).
+IMAGE_OUT ?= dist/ignite-tf-task.tar
+image: setup
+	$(PY) -m ignite_tf_dev.k8s image --out $(IMAGE_OUT)
 
 k8s-down: setup
 	$(PY) -m ignite_tf_dev.k8s down

@@ -1,12 +1,12 @@
 #!/bin/bash
-# Build the Kubernetes binaries, kwok (and its stock stages), kubectl and the pause program into one folder, from the Go module proxy.
-# usage: build.sh OUT_DIR K8S_VERSION KWOK_VERSION      (called by `python -m ignite_tf_dev.k8s build`)
+# Build the Kubernetes binaries, kwok (and its stock stages), kubectl, CoreDNS and the pause program into one folder, from the Go module proxy.
+# usage: build.sh OUT_DIR K8S_VERSION KWOK_VERSION COREDNS_VERSION     (called by `python -m ignite_tf_dev.k8s build`)
 #
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the ./staging modules), so a small wrapper
 # module requires it and replaces each staging module with its published v0.X twin. Each step is skipped
 # when its output already exists, so an interrupted build resumes where it stopped.
 set -euo pipefail
-OUT=$1 KV=$2 KWOKV=$3
+OUT=$1 KV=$2 KWOKV=$3 COREDNSV=$4
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 JOBS=${K8S_BUILD_JOBS:-2}
 NICE="nice -n ${K8S_BUILD_NICE:-10}"
@@ -56,6 +56,13 @@ if [ ! -f "$STAGES/pod-delete.yaml" ]; then
   mkdir -p "$STAGES"
   cp "$k"/node/fast/node-initialize.yaml "$k"/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
      "$k"/pod/general/pod-*.yaml "$STAGES/"
+fi
+
+if [ ! -x "$BIN/coredns" ]; then
+  # the cluster's DNS add-on (a one-layer image like pause); about 150 s on a cold Go cache
+  say "go install github.com/coredns/coredns@$COREDNSV"
+  GOBIN=$BIN GOFLAGS="$GOFLAGS -mod=mod" $NICE "$GO" install -p "$JOBS" -trimpath -ldflags "-s -w" \
+    "github.com/coredns/coredns@$COREDNSV"
 fi
 
 if [ ! -x "$BIN/pause" ]; then

@@ -23,7 +23,7 @@ import pytest  # noqa: E402
 from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
-from tests.support.k8s import k8s_cluster, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
+from tests.support.k8s import k8s_cluster, k8s_ignite, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 from tests.support.objstore import object_store, s3_bucket  # noqa: E402, F401 - the S3 server fixtures
 
 _SESSION_CLUSTER: list[LocalIgniteCluster] = []  # the session cluster, once a test has asked for it

@@ -134,5 +134,5 @@ def test_airflow_lists_the_provider(venv):
 def test_the_kubernetes_launcher_without_an_image_says_what_to_set(venv):
     bin_dir, work, env = venv
     message = _run([bin_dir / "python", "-c", LAUNCH, work / "run"], cwd=work, env=env)
-    assert "kubernetes.image" in message and "docker/worker/Dockerfile" in message
+    assert "kubernetes.image" in message and "make image" in message
     assert not (work / "run" / "k8s.json").exists()

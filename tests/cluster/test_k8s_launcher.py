@@ -54,7 +54,7 @@ def _ignite_pods(core, ns, conn, cache) -> dict[str, str]:
     where = dict(zip(ids, ["sim-2", "sim-0"], strict=False))
     for cid, node in where.items():
         core.create_namespaced_pod(ns, {"metadata": {"name": cid, "labels": {"app": "ignite"}}, "spec": {
-            "nodeSelector": {local_k8s.HOST_LABEL: node},
+            "nodeSelector": {local_k8s.HOST_LABEL: node}, "tolerations": [local_k8s.SIMULATED_TOLERATION],
             "containers": [{"name": "ignite", "image": "simulated/ignite:2.17"}]}})
     wait_for(lambda: all(core.read_namespaced_pod(c, ns).spec.node_name for c in where), 60, "Ignite pods placed")
     return where

@@ -30,13 +30,15 @@ def _affinity(key: str, values: list[str]) -> dict:
         {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}]}}}
 
 
-def _sim_pod(name: str, host: str | None = None, exit_code: int | None = None, owner: dict | None = None) -> dict:
+def _sim_pod(name: str, host: str | None = None, exit_code: int | None = None, owner: dict | None = None,
+             untolerated: bool = False) -> dict:
     meta: dict = {"name": name, "annotations": {}}
     if exit_code is not None:
         meta["annotations"] = {local_k8s.EXIT_CODE_ANNOTATION: str(exit_code), local_k8s.RUN_FOR_ANNOTATION: "300ms"}
     if owner:
         meta["ownerReferences"] = [owner]
     spec = {"restartPolicy": "Never", "containers": [{"name": "main", "image": "simulated/never-pulled:1"}],
+            "tolerations": [] if untolerated else [local_k8s.SIMULATED_TOLERATION],
             "affinity": _affinity(local_k8s.HOST_LABEL, [host]) if host
             else _affinity(local_k8s.NODE_KIND_LABEL, ["simulated"])}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
@@ -53,13 +55,12 @@ def _finished(core, ns: str, name: str):
 
 def test_scheduler_places_pods_by_node_affinity(k8s_cluster, k8s_namespace):
     """Real scheduler, simulated nodes: each pod lands on the node its affinity names; a pod whose affinity
-    matches no node, and one that asks for the real node without tolerating its taint, stay Pending."""
+    matches no node, and one that asks for a simulated node without tolerating their taint, stay Pending."""
     core, ns = k8s_cluster.core, k8s_namespace
     for i, host in enumerate(reversed(SIMULATED)):
         core.create_namespaced_pod(ns, _sim_pod(f"placed-{i}", host))
     core.create_namespaced_pod(ns, _sim_pod("nowhere", "no-such-host"))
-    untolerated = _sim_pod("untolerated", "real-0")
-    core.create_namespaced_pod(ns, untolerated)
+    core.create_namespaced_pod(ns, _sim_pod("untolerated", "sim-1", untolerated=True))
 
     for i, host in enumerate(reversed(SIMULATED)):
         pod = wait_for(lambda i=i: _pod(core, ns, f"placed-{i}").spec.node_name and _pod(core, ns, f"placed-{i}"),
@@ -75,7 +76,7 @@ def test_scheduler_places_pods_by_node_affinity(k8s_cluster, k8s_namespace):
     for name in ("nowhere", "untolerated"):
         cond = wait_for(lambda name=name: unschedulable(name), 60, f"{name} to be reported unschedulable")
         assert _pod(core, ns, name).spec.node_name is None
-    assert "untolerated taint" in cond.message and local_k8s.REAL_NODE_TAINT in cond.message
+    assert "untolerated taint" in cond.message and local_k8s.SIMULATED_NODE_TAINT in cond.message
 
 
 @pytest.mark.parametrize("code, phase, reason", [(0, "Succeeded", "Completed"), (1, "Failed", "Error"),
@@ -98,6 +99,7 @@ def test_deleting_owner_garbage_collects_its_pods(k8s_cluster, k8s_namespace):
     job = batch.create_namespaced_job(ns, {"metadata": {"name": "owner-job"}, "spec": {
         "parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {"spec": {
             "restartPolicy": "Never", "affinity": _affinity(local_k8s.NODE_KIND_LABEL, ["simulated"]),
+            "tolerations": [local_k8s.SIMULATED_TOLERATION],
             "containers": [{"name": "main", "image": "simulated/never-pulled:1"}]}}}})
     owner = core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
@@ -139,7 +141,6 @@ def test_real_pod_runs_task_image_and_reaches_ignite(k8s_cluster, k8s_namespace,
     core.create_namespaced_pod(ns, {"metadata": {"name": "task"}, "spec": {
         "restartPolicy": "Never", "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {local_k8s.HOST_LABEL: "real-0"},
-        "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [{"name": "task", "image": task_image_ref(), "imagePullPolicy": "Never",
                         "command": ["python", "-c", script]}]}})
     try:

@@ -26,7 +26,7 @@ def offering(monkeypatch, *values: str) -> None:
 
 
 @pytest.mark.parametrize(("values", "says"), [
-    ((), "there is no default task image: build docker/worker/Dockerfile"),
+    ((), "there is no default task image: write the task image with `make image`"),
     (("ignite_tf_dev.k8s.images:task_image_ref", "os.path:sep"), "2 packages offer a default task image"),
     (("ignite_tf_dev.k8s.images:no_such_function",), "failed (AttributeError"),
 ])

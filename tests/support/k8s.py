@@ -2,9 +2,10 @@
 namespace per test. Imported by tests/conftest.py.
 
 The session fixture builds the binaries and images the first time (about 30 minutes on 2 cores; then
-seconds), starts etcd, the control plane, 3 simulated nodes and the real node, and at the end stops
-everything and checks that no process of it is left and that the host's settings are as before. A cluster
-that was already running before the session (``make k8s-up``) is used and left running.
+seconds), starts etcd, the control plane, 3 simulated nodes, the real node, cluster DNS and the object store,
+and at the end stops everything and checks that no process of it is left and that the host's settings are as
+before. A cluster that was already running before the session (``make k8s-up``) is used and left running.
+Ignite's pods (``docker/k8s/ignite.yaml``) start only for the tests that ask for them (``k8s_ignite``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+from ignite_tf_dev.k8s import addons as local_k8s_addons
 from ignite_tf_dev.k8s import cluster as local_k8s
 from ignite_tf_dev.k8s import host as local_k8s_host
 
@@ -62,6 +64,13 @@ def k8s_cluster():
     assert not diffs, f"host settings not restored after the session: {diffs}"
     assert not local_k8s_host.mounts_under(layout.home), "mounts left under the cluster's folder"
     assert not local_k8s_host.link_exists(local_k8s.BRIDGE), f"bridge {local_k8s.BRIDGE} left behind"
+
+
+@pytest.fixture(scope="session")
+def k8s_ignite(k8s_cluster) -> list[str]:
+    """Ignite's 2 pods (ignite.yaml with the local overlay) in namespace ``ignite``: their thin-client
+    addresses ``POD_IP:10800``, reachable from this host. Started once (about 30 s), left to the cluster's end."""
+    return local_k8s_addons.deploy_ignite(k8s_cluster.layout)
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from tests.support.polling import wait_for
 
 SIMULATED_IMAGE = "simulated/never-pulled:1"
 ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}
-REAL_NODE = {"node_selector": {local_k8s.HOST_LABEL: "real-0"}, "host_network": True, "dns": False,
-             "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]}
+# Pods "run" by kwok: on a simulated node, tolerating the taint that keeps every other pod off them.
+SIMULATED_TOLERATIONS = [dict(local_k8s.SIMULATED_TOLERATION)]
+REAL_NODE = {"node_selector": {local_k8s.HOST_LABEL: "real-0"}, "host_network": True, "dns": False}
 
 
 def use_local_k8s(monkeypatch, k8s_cluster) -> None:
@@ -24,7 +25,8 @@ def use_local_k8s(monkeypatch, k8s_cluster) -> None:
 
 def simulated_settings(namespace: str, **extra) -> dict:
     return {"namespace": namespace, "image": SIMULATED_IMAGE, "node_selector": dict(ON_SIMULATED),
-            "resources": {"limits": {"memory": "1Gi"}}, **extra}
+            "tolerations": [dict(t) for t in SIMULATED_TOLERATIONS], "resources": {"limits": {"memory": "1Gi"}},
+            **extra}
 
 
 def start(conn, cache, tmp_path, settings: dict, *, mode="sync", workers=2, command=("python", "train.py"),

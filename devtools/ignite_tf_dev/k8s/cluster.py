@@ -4,12 +4,17 @@ Kubernetes itself (kube-apiserver, kube-scheduler, kube-controller-manager, kube
 kwok are built once from the Go module proxy (``k8s/build.sh``) into a cache folder outside the repository
 named by version (``k8s-<version>`` in the ignite-tf home, :class:`ignite_tf.home.HomeFolder`); etcd,
 containerd, runc and the CNI plugins come from Debian's packages. ``up`` starts etcd, the control plane,
-N simulated nodes (kwok) and one real node (kubelet + containerd + kube-proxy) and returns when every node
-is Ready; ``down`` stops every process by pid, removes the containers and restores what the start changed on
-the host (:mod:`ignite_tf_dev.k8s.host`). Images come from :mod:`ignite_tf_dev.k8s.images`.
+N simulated nodes (kwok) and one real node (kubelet + containerd + kube-proxy), then the add-ons of a
+deployment (:mod:`ignite_tf_dev.k8s.addons`: cluster DNS, the object store and, when asked, Ignite pods) and
+returns when every node is Ready; ``down`` stops every process by pid, removes the containers and restores
+what the start changed on the host (:mod:`ignite_tf_dev.k8s.host`). Images come from
+:mod:`ignite_tf_dev.k8s.images`.
 
-    python -m ignite_tf_dev.k8s build        # binaries, kwok, pause and task images (once)
-    python -m ignite_tf_dev.k8s up -n 3      # last line: export KUBECONFIG=...
+Pods go to the real node unless they tolerate the simulated nodes' taint (:data:`SIMULATED_NODE_TAINT`), so
+a pod spec written for a real cluster runs for real here; tests that want kwok's pods say so.
+
+    python -m ignite_tf_dev.k8s build        # binaries, kwok, CoreDNS and the images (once)
+    python -m ignite_tf_dev.k8s up -n 3      # ends with the export lines (KUBECONFIG, IGNITE_TF_ADDRESSES, ...)
     python -m ignite_tf_dev.k8s status
     python -m ignite_tf_dev.k8s down
 """
@@ -34,18 +39,20 @@ import yaml
 from ignite_tf.cluster.procs import kill_and_wait, pid_alive
 from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.ports import port_free
-from ignite_tf_dev.k8s import host
-from ignite_tf_dev.k8s.layout import CONF_DIR, K8S_VERSION, KWOK_VERSION, Layout
+from ignite_tf_dev.k8s import addons, host
+from ignite_tf_dev.k8s.layout import CONF_DIR, COREDNS_VERSION, K8S_VERSION, KWOK_VERSION, Layout
 
 APISERVER_PORT = 6443
 ETCD_PORTS = (2379, 2380, 2381)
 POD_CIDR = "10.244.0.0/24"
 SERVICE_CIDR = "10.96.0.0/16"
 BRIDGE = "ignite-tf0"
-# Node labels and the real node's taint: tests and the launcher place pods with these.
+# Node labels and the simulated nodes' taint: tests and the launcher place pods with these.
 NODE_KIND_LABEL = "ignite-tf.io/node-kind"  # "simulated" or "real"
 HOST_LABEL = "ignite-tf.io/host"  # sim-0, sim-1, ... and real-0
-REAL_NODE_TAINT = "ignite-tf.io/real-node"
+# On every kwok node (NoSchedule): only pods that tolerate it are "run" by kwok; all others run for real.
+SIMULATED_NODE_TAINT = "ignite-tf.io/simulated"
+SIMULATED_TOLERATION = {"key": SIMULATED_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
 # Annotations read by the simulated nodes' stage k8s/kwok/pod-exit.yaml.
 EXIT_CODE_ANNOTATION = "ignite-tf.io/exit-code"
 RUN_FOR_ANNOTATION = "ignite-tf.io/run-for"
@@ -87,7 +94,8 @@ def build(layout: Layout | None = None, jobs: int = 2) -> None:
         print(f"building Kubernetes {K8S_VERSION} and kwok {KWOK_VERSION} into {layout.bin} "
               f"(log {log}; a cold Go cache takes about 20 minutes)", flush=True)
         with open(log, "ab") as out:
-            proc = subprocess.run([str(CONF_DIR / "build.sh"), str(layout.home), K8S_VERSION, KWOK_VERSION],
+            proc = subprocess.run([str(CONF_DIR / "build.sh"), str(layout.home), K8S_VERSION, KWOK_VERSION,
+                                   COREDNS_VERSION],
                                   stdout=out, stderr=subprocess.STDOUT, env=env)
         if proc.returncode != 0:
             raise IgniteTFError(f"building Kubernetes failed (exit {proc.returncode}); log {log}:\n"
@@ -221,7 +229,8 @@ def _start_real_node(layout: Layout, ip: str) -> None:
     _wait(layout, "containerd", lambda: host.ctr(layout.containerd_sock, "version").returncode == 0, 60,
           "containerd socket")
     images.import_images(layout)
-    kubelet_cfg = _render("kubelet.yaml", run / "kubelet.yaml", node_ip=ip, pki=p, run=run, taint=REAL_NODE_TAINT)
+    kubelet_cfg = _render("kubelet.yaml", run / "kubelet.yaml", node_ip=ip, pki=p, run=run,
+                          dns_ip=addons.CLUSTER_DNS_IP, domain=addons.CLUSTER_DOMAIN)
     _spawn(layout, "kubelet", [
         str(layout.bin / "kubelet"), f"--config={kubelet_cfg}", f"--kubeconfig={p}/kubelet.kubeconfig",
         f"--root-dir={run}/kubelet", f"--cert-dir={run}/kubelet/pki", f"--hostname-override={node_name()}",
@@ -248,7 +257,8 @@ def _start_simulated_nodes(layout: Layout, n: int) -> None:
             core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                 "labels": {NODE_KIND_LABEL: "simulated", HOST_LABEL: name, "kubernetes.io/hostname": name,
-                           "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}}})
+                           "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}},
+                "spec": {"taints": [{"key": SIMULATED_NODE_TAINT, "value": "true", "effect": "NoSchedule"}]}})
         except client.ApiException as e:
             if e.status != 409:  # an earlier try that timed out on the client may have created it
                 raise
@@ -273,11 +283,12 @@ def running(layout: Layout | None = None) -> dict[str, int]:
     return {n: layout.pid_of(n) for n in COMPONENTS if layout.pid_of(n) and pid_alive(layout.pid_of(n))}
 
 
-def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
-    """Start the cluster (building first if needed) and return the admin kubeconfig once every node is Ready.
+def up(n: int = 3, layout: Layout | None = None, timeout: float = 300, ignite: bool = False) -> Path:
+    """Start the cluster (building first if needed) and return the admin kubeconfig once every node is Ready,
+    cluster DNS answers and the object store listens; ``ignite``: also Ignite's pods (about 30 s more).
 
-    A cluster already fully up is left as it is; what any other start left is stopped and the host restored
-    first.
+    A cluster already fully up is left as it is (a missing add-on is added); what any other start left is
+    stopped and the host restored first.
     """
     if n < 0:
         raise ConfigError(f"the number of simulated nodes must be 0 or more (got {n})")
@@ -289,6 +300,7 @@ def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
     if len(live) == len(COMPONENTS):
         want = n + 1
         if len(_ready_nodes(layout)) >= want:
+            _start_addons(layout, node_ip(), ignite)
             return layout.kubeconfig
     down(layout)  # what an earlier start left: half-started, or killed before its down (the host's settings)
     host.ensure_packages()
@@ -314,10 +326,19 @@ def up(n: int = 3, layout: Layout | None = None, timeout: float = 300) -> Path:
         _wait(layout, "kube-controller-manager", lambda: core.read_namespaced_service_account("default", "default"),
               120, "the default service account (controller-manager)")
         _wait(layout, "kubelet", lambda: len(_ready_nodes(layout)) >= n + 1, timeout, f"{n + 1} Ready nodes")
+        _start_addons(layout, ip, ignite)
     except BaseException:
         down(layout)
         raise
     return layout.kubeconfig
+
+
+def _start_addons(layout: Layout, ip: str, ignite: bool) -> None:
+    """Idempotent: each add-on already there is left as it is."""
+    addons.start_object_store(layout, ip)
+    addons.start_dns(layout)
+    if ignite:
+        addons.deploy_ignite(layout)
 
 
 # -- stop ----------------------------------------------------------------------------------------------
@@ -343,7 +364,11 @@ def down(layout: Layout | None = None) -> list[str]:
     if _stop(layout, "containerd"):
         stopped.append("containerd")
     host.kill_shims(layout.containerd_sock)
-    host.restore_host(layout.host_state, layout.home, BRIDGE)
+    if addons.stop_object_store(layout):
+        stopped.append("object store")
+    # The bridge only if this folder's real node made it: a `down` of another folder (a test's) must not cut
+    # off a running cluster's pods.
+    host.restore_host(layout.host_state, layout.home, BRIDGE if (layout.run / "cni-conf").exists() else None)
     shutil.rmtree(layout.run, ignore_errors=True)
     return stopped
 
@@ -368,7 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build", help=f"build Kubernetes {K8S_VERSION}, kwok and the images (once)")
     p_up = sub.add_parser("up", help="start everything; returns when every node is Ready")
     p_up.add_argument("-n", "--nodes", type=int, default=3, help="simulated (kwok) nodes (default 3)")
+    p_up.add_argument("--no-ignite", dest="ignite", action="store_false",
+                      help=f"do not start Ignite's pods (namespace {addons.IGNITE_NAMESPACE})")
     sub.add_parser("down", help="stop everything and restore the host's settings")
+    p_image = sub.add_parser("image", help="write the task image as a docker-archive file (docker load / skopeo)")
+    p_image.add_argument("--out", default="dist/ignite-tf-task.tar", help="the archive's path")
+    p_image.add_argument("--tag", help="its name inside (default ignite-tf-task:<lock and provider digest>)")
     sub.add_parser("status", help="what runs, and the Ready nodes")
     args = parser.parse_args(argv)
     try:
@@ -377,10 +407,19 @@ def main(argv: list[str] | None = None) -> int:
             build()
         elif args.command == "up":
             started = time.monotonic()
-            kubeconfig = up(args.nodes)
-            print(f"Kubernetes {K8S_VERSION}: {args.nodes} simulated node(s) + 1 real node Ready "
+            up(args.nodes, ignite=args.ignite)
+            print(f"Kubernetes {K8S_VERSION}: {args.nodes} simulated node(s) + 1 real node Ready, cluster DNS, "
+                  f"object store{', Ignite pods' if args.ignite else ''} "
                   f"({time.monotonic() - started:.1f}s); logs in {Layout().logs}")
-            print(f"export KUBECONFIG={kubeconfig}")
+            for key, value in addons.exports(Layout()).items():
+                print(f"export {key}={value}")
+        elif args.command == "image":
+            from ignite_tf_dev.k8s import images
+
+            host.ensure_packages()
+            out = images.write_image_archive(Path(args.out), args.tag)
+            print(f"wrote {out} ({out.stat().st_size / 2**30:.1f} GiB): docker load -i {out}, or "
+                  f"skopeo copy docker-archive:{out} docker://REGISTRY/ignite-tf-task:TAG")
         elif args.command == "down":
             started = time.monotonic()
             stopped = down()

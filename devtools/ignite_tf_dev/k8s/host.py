@@ -223,12 +223,13 @@ def _remove_cgroups(before: list[str]) -> None:
                     pass
 
 
-def restore_host(state_file: Path, home: Path, bridge: str) -> None:
-    """Undo what a start changed: mounts under ``home``, the pod bridge, iptables chains, cgroups, sysctls."""
+def restore_host(state_file: Path, home: Path, bridge: str | None) -> None:
+    """Undo what a start changed: mounts under ``home``, the pod bridge (None: leave bridges alone), iptables
+    chains, cgroups, sysctls."""
     unmount_all(home)
     if not state_file.exists():  # nothing was started from this folder
         return
-    if link_exists(bridge):
+    if bridge and link_exists(bridge):
         subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
     before = json.loads(state_file.read_text())
     _remove_chains(before["iptables"])

@@ -13,11 +13,12 @@ from ignite_tf_dev import SOURCE_TREE
 
 K8S_VERSION = "v1.33.13"  # v1.31/v1.32 cannot be built from the module proxy (403 on staging modules)
 KWOK_VERSION = "v0.8.0"
+COREDNS_VERSION = "v1.15.0"  # the cluster's DNS add-on, from the Go module proxy
 K8S_HOME = Path(os.environ.get("IGNITE_TF_K8S_HOME", HomeFolder.of().kubernetes(K8S_VERSION)))
 # k8s/ of the source tree (build script, PKI script, configuration templates).
 CONF_DIR = Path(os.environ.get("IGNITE_TF_K8S_CONF", SOURCE_TREE / "k8s"))
 BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kube-proxy", "kubectl",
-            "kwok", "pause")
+            "kwok", "coredns", "pause")
 
 class Layout:
     """Where everything of one cluster lives: ``bin`` and ``images`` are kept, ``run`` is wiped by down."""
@@ -33,6 +34,7 @@ class Layout:
         self.kubeconfig = self.pki / "admin.kubeconfig"
         self.containerd_sock = self.run / "containerd.sock"
         self.host_state = self.home / "host-state.json"
+        self.objstore = self.run / "objstore"  # the object store's state and data (wiped by down)
 
     def pid_of(self, name: str) -> int:
         try:

@@ -44,7 +44,9 @@ def default_image() -> str:
     from importlib.metadata import entry_points
 
     found = sorted(entry_points(group=TASK_IMAGE_GROUP), key=lambda ep: ep.name)
-    how = ("build docker/worker/Dockerfile, push the image to a registry the cluster pulls from, and set "
+    how = ("write the task image with `make image` (a docker-archive file), push it to a registry the cluster "
+           "pulls from (`skopeo copy docker-archive:dist/ignite-tf-task.tar docker://REGISTRY/ignite-tf-task:TAG`), "
+           "and set "
            "kubernetes.image (YAML training.kubernetes.image, `ignite-tf start --image`, "
            "TFClusterOperator(kubernetes={'image': ...}))")
     if not found:

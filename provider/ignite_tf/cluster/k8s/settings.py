@@ -43,7 +43,7 @@ class KubernetesSettings:
     """Settings of the Kubernetes launcher (YAML ``training.kubernetes``, operator ``kubernetes=``).
 
     :param namespace: where the pods go (default: the connection's namespace, else ``default``).
-    :param image: the task image (e.g. docker/worker/Dockerfile pushed to your registry); needed unless an
+    :param image: the task image (e.g. ``make image``'s archive pushed to your registry); needed unless an
         ``ignite_tf.task_image`` entry point offers a default (the source tree's dev tooling: the local image).
     :param conn_id: the Airflow connection of type ``kubernetes`` (kubeconfig or in-cluster).
     :param resources: ``{"requests": {...}, "limits": {...}}``; memory left out is the computed estimate.
