@@ -59,8 +59,7 @@ def pod_settings(namespace: str, host_network: bool, **extra) -> dict:
     """``kubernetes`` settings that put the tasks on the real node."""
     from ignite_tf_dev.k8s import cluster as local_k8s
 
-    settings = {"namespace": namespace, "node_selector": {local_k8s.HOST_LABEL: "real-0"},
-                "tolerations": [{"key": local_k8s.REAL_NODE_TAINT, "operator": "Exists"}], **extra}
+    settings = {"namespace": namespace, "node_selector": {local_k8s.HOST_LABEL: "real-0"}, **extra}
     if host_network:
         settings.update(host_network=True, dns=False)
     return settings
