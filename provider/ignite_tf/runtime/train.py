@@ -187,6 +187,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     backup_dir = ckpt / RunFolder.BACKUP
+    stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
     # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
     # by modules imported first, so the two threads never import side by side.
     import ignite_tf.reader.partition  # noqa: F401
@@ -217,7 +218,6 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
                                                   checkpoint_every_steps)
-    stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
     # A backup written on SIGTERM is of a step: tf_keras then resumes at the next step, as with step backups.
     start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(strat, info),
                                       epochs, info)
