@@ -224,7 +224,7 @@ def test_async_tasks_stop_on_sigterm_promptly(tabular, ignite_conn, tmp_path):  
     state, cid = tmp_path / "state", "rt-async-stop"
     spec = build_spec(cluster_id=cid, cache=tabular.cache, mode="async", workers=2, ps=1, run_dir=tmp_path / "run",
                       job={}, shard_plan_path=tabular.plan_path)
-    command = runtime_command("ignite_tf.models:tabular_classifier", "--epochs", "50", "--batch-size", "32")
+    command = runtime_command("ignite_tf.models:tabular_classifier", "--epochs", "8", "--batch-size", "32")
     times = {}
     with LocalTasks(spec, ignite_conn, state, command) as tasks:
         tasks.start()
