@@ -17,8 +17,9 @@
   restores; a task of an older attempt that is still running (a pod in its grace period) sees a newer
   number at its next epoch's end and ends before it backs up or reports that epoch.
 
-The backup stays a local folder here: a run store that keeps it elsewhere pulls it before ``fit`` and pushes
-it after each backup (``on_backup``).
+The backup stays a local folder here: a run store that keeps it elsewhere pulls it (with ``ATTEMPT_FILE``)
+at the start of ``train``, before ``claim``, and pushes it after ``claim`` and after each backup
+(``on_backup``, also called after the backup on SIGTERM).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def backup_callbacks(tf_keras, strat, info: TaskInfo, backup_dir: Path, save_fre
     """The callbacks, in order, that back up and restore ``fit`` (before any that reports an epoch):
     the fence, tf_keras' ``BackupAndRestore`` (kept after ``fit``; with the save on SIGTERM where
     ``saves_on_stop``) and the hook that takes that save's end over. ``on_backup()`` runs after each
-    epoch's backup (a run store's push)."""
+    epoch's backup and after the backup on SIGTERM (a run store's push)."""
     preempt = saves_on_stop(strat, info)
     if preempt:
         _allow_save_before_preemption(strat)
@@ -138,7 +139,7 @@ def _after_backup(tf_keras, preempt: bool, on_backup):
             handler = getattr(self.model, "_preemption_handler", None) if preempt else None
             if handler is None:
                 return
-            handler._exit_fn = _end_after_save
+            handler._exit_fn = lambda: _end_after_save(on_backup)
             on_sigterm = handler._sigterm_handler_fn
             contract.handle_stop(on_stop=lambda: on_sigterm(15, None))
 
@@ -149,6 +150,10 @@ def _after_backup(tf_keras, preempt: bool, on_backup):
     return AfterBackup()
 
 
-def _end_after_save() -> None:
+def _end_after_save(on_backup) -> None:
     print("stop: backup written at the agreed step; ending", file=sys.stderr, flush=True)
-    contract.exit_now(STOPPED_EXIT_CODE)
+    try:
+        if on_backup is not None:
+            on_backup()
+    finally:
+        contract.exit_now(STOPPED_EXIT_CODE)

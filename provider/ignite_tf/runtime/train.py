@@ -168,7 +168,8 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     :param checkpoint_dir: default ``IGNITE_TF_CHECKPOINT_DIR``, else ``./checkpoints``: ``backup/`` holds
         BackupAndRestore's state, ``model/`` the trained SavedModel (written by the chief).
     :param tensorboard_dir: default ``IGNITE_TF_TENSORBOARD_DIR``, else ``./tensorboard``.
-    :param on_backup: called after each epoch's backup (a run store's push of ``<checkpoint_dir>/backup``).
+    :param on_backup: called after each backup, of an epoch or on SIGTERM (a run store's push of
+        ``<checkpoint_dir>/backup``).
     :returns: ``{"start_epoch", "epochs", "epochs_run" (trained by this call), "metrics" (last epoch),
         "model_dir" (chief), "chief"}``.
 
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    contract.handle_stop()  # SIGTERM ends the task (a forked task has no taskboot of its own)
+    contract.handle_stop()  # SIGTERM ends the task, with or without the taskboot on its PYTHONPATH
     features = _features(args.features)
     contract.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
