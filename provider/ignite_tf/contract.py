@@ -15,7 +15,10 @@ a user's script). It holds
   Outside a cluster (no ``IGNITE_TF_PROGRESS_FILE``) reporting does nothing;
 - **the end of a task**: its exit status is its result (0: done; 1-127: its own code failed; a signal or a
   status >= 128: retryable, see ``ignite_tf.cluster.supervision``), and ``exit_now`` ends it with its output
-  flushed and without Python's or TensorFlow's exit work.
+  flushed and without Python's or TensorFlow's exit work;
+- **a stop**: SIGTERM (a pod's deletion, a drain, ``ignite-tf stop``, a restart) ends a task within
+  ``STOP_DEADLINE_S`` with ``STOPPED_EXIT_CODE`` (``handle_stop``: at once, or after a checkpoint the task
+  writes in that time), also as a pod's pid 1, where a signal left at its default does nothing.
 
 Importing it imports nothing beyond the standard library and ``ignite_tf.errors``.
 """
@@ -25,7 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from enum import StrEnum
@@ -77,7 +82,8 @@ ENV_STATE_DIR = "IGNITE_TF_CLUSTER_STATE"
 STORE_ENV = (ENV_STATE_STORE, ENV_STATE_DIR)
 
 TASKBOOT_DIR = str(Path(__file__).resolve().parent / "resources" / "taskboot")
-"""Put first on every task's ``PYTHONPATH``: its ``sitecustomize`` ends a task at once on an uncaught exception."""
+"""Put first on every task's ``PYTHONPATH``: its ``sitecustomize`` ends a task at once on an uncaught exception
+and makes SIGTERM end it (``handle_stop``)."""
 
 
 def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -153,3 +159,100 @@ def exit_now(code: int = 0) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+# -- a stop -------------------------------------------------------------------------------------------------
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM
+"""A task ended by SIGTERM exits with this status (as a shell reports a process killed by it): retryable."""
+ENV_STOP_DEADLINE = "IGNITE_TF_STOP_DEADLINE_S"
+STOP_DEADLINE_S = 2.0
+"""Seconds a task that writes a checkpoint on SIGTERM is given for it (``IGNITE_TF_STOP_DEADLINE_S``)."""
+
+
+class _Stop:
+    """This process's SIGTERM handling (one per process; rebuilt in a forked child, see ``handle_stop``)."""
+
+    on_stop = None
+    requested = threading.Event()
+    pid = 0  # the process whose watcher thread runs
+    wake_fd = -1
+
+
+def handle_stop(on_stop=None) -> bool:
+    """Make SIGTERM end this task: at once, or, given ``on_stop`` (called in the main thread when the signal
+    arrives: it starts a checkpoint and the task's own end), within ``STOP_DEADLINE_S`` at the latest.
+
+    Python runs a signal handler in the main thread only between bytecodes, never while that thread waits
+    inside TensorFlow (a collective whose peer is gone, a server's ``join``). So the signal also wakes a
+    watcher thread (``signal.set_wakeup_fd``) that ends the task itself: at once, or at the deadline. Call
+    it from the main thread, again after a library took SIGTERM over (TensorFlow's coordination service
+    does, when a MultiWorkerMirroredStrategy is made) and in a forked child (threads do not survive a
+    fork). Returns False where it cannot (not the main thread).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    _Stop.on_stop = on_stop
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if _Stop.pid != os.getpid():
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if previous not in (-1, _Stop.wake_fd):  # someone else's (asyncio): theirs stays, the handler still runs
+            signal.set_wakeup_fd(previous)
+            os.close(read)
+            os.close(write)
+        else:
+            _Stop.pid, _Stop.wake_fd = os.getpid(), write
+            threading.Thread(target=_watch, args=(read,), name="ignite-tf-stop", daemon=True).start()
+    return True
+
+
+def stop_requested() -> bool:
+    """Whether this task got SIGTERM."""
+    return _Stop.requested.is_set()
+
+
+def stop_deadline_s() -> float:
+    raw = os.environ.get(ENV_STOP_DEADLINE)
+    try:
+        return float(raw) if raw else STOP_DEADLINE_S
+    except ValueError:
+        raise ConfigError(f"{ENV_STOP_DEADLINE}={raw!r}: expected seconds, e.g. {STOP_DEADLINE_S}") from None
+
+
+def _on_sigterm(signum, frame) -> None:
+    _note_stop()
+    if _Stop.on_stop is None:
+        _end_stopped()
+    _Stop.on_stop()
+
+
+def _watch(read: int) -> None:
+    while True:
+        try:
+            data = os.read(read, 512)
+        except InterruptedError:
+            continue
+        if signal.SIGTERM not in data:
+            continue
+        _note_stop()
+        if _Stop.on_stop is not None:
+            time.sleep(stop_deadline_s())
+            print(f"stop: no checkpoint within {stop_deadline_s():.1f}s of SIGTERM; ending now", file=sys.stderr)
+        _end_stopped()
+
+
+def _note_stop() -> None:
+    if not _Stop.requested.is_set():
+        _Stop.requested.set()
+        print(f"stop: SIGTERM at {time.time():.3f}", file=sys.stderr, flush=True)
+
+
+def _end_stopped() -> None:
+    # No logging.shutdown here (exit_now's): the main thread may hold a logging lock while it waits.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not keep the process alive
+            pass
+    os._exit(STOPPED_EXIT_CODE)

@@ -40,7 +40,7 @@ import traceback
 from ignite_tf.cluster.commands import RUNTIME_MODULE
 from ignite_tf.cluster.procs import own_group_dying_with, pid_alive
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.contract import PER_TASK_ENV, exit_now
+from ignite_tf.contract import PER_TASK_ENV, exit_now, handle_stop
 from ignite_tf.errors import ConfigError
 
 ENV_FORKSERVER = "IGNITE_TF_FORKSERVER"
@@ -296,6 +296,7 @@ def _become_task(request: dict, server: int, closing: tuple[int, ...]) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in closing:
             os.close(fd)
+        handle_stop()  # SIGTERM ends the task: its watcher thread did not survive the fork
         _name_process(f"tf {request['name']}")
         os.chdir(request["cwd"])
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

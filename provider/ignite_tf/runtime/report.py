@@ -43,6 +43,7 @@ class EpochReporter:
         self._t0 = time.monotonic()
         self._store = self._writer = None
         self._epoch = 0
+        self.epochs_run = 0  # epochs this task trained (a restart trains only those not backed up)
         self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
         if info.is_chief and self._cluster_id:
             from ignite_tf.cluster.state import store_from_env
@@ -75,6 +76,7 @@ class EpochReporter:
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.monotonic() - self._t0
         self.last = metrics = self.metrics(epoch, logs, seconds)
+        self.epochs_run += 1
         if not self.info.is_chief:
             return
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k not in self.HIDDEN)

@@ -39,7 +39,7 @@ from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
-from ignite_tf.runtime import ending, timeline
+from ignite_tf.runtime import ending, stopping, timeline
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
@@ -60,14 +60,18 @@ def strategy(mode: Mode | str | None = None):
         return tf.distribute.get_strategy()
     if info.mode is Mode.SYNC:
         wait_for_leader(info)
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        made = tf.distribute.MultiWorkerMirroredStrategy()
+        contract.handle_stop()  # back from TensorFlow's coordination service, which only records a SIGTERM
+        return made
     if info.type != "chief":
         raise ConfigError(f"task {info.type}-{info.index} serves in async mode: call serve(), not strategy(); "
                           f"only the chief creates the ParameterServerStrategy")
     # Fail fast on a lost worker so the coordinator reschedules its steps instead of waiting on gRPC.
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    return tf.distribute.ParameterServerStrategy(resolver)
+    made = tf.distribute.ParameterServerStrategy(resolver)
+    contract.handle_stop()
+    return made
 
 
 def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column: str = DEFAULT_LABEL_COLUMN,
@@ -96,6 +100,7 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=max(2, info.workers + 1))
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=info.type, task_index=info.index,
                                   protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+    contract.handle_stop()  # ends the task from the stop watcher while the main thread waits in join()
     _log(f"serving {info.type}-{info.index} at {server.target} (cwd {os.getcwd()})")
     if join:
         server.join()
@@ -146,7 +151,8 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
           learning_rate: float | None = None, steps_per_epoch: int | None = None,
           checkpoint_every_steps: int | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
           model_kwargs: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
-          tensorboard_dir: str | None = None, plan=None, mode: Mode | str | None = None) -> dict[str, Any]:
+          tensorboard_dir: str | None = None, plan=None, mode: Mode | str | None = None,
+          on_backup=None) -> dict[str, Any]:
     """Train the entry point's model on this worker's data (sync workers, the async chief, or alone).
 
     :param entry_point: ``"module:function"`` (or the function) returning a compiled tf_keras model; it is
@@ -162,7 +168,14 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     :param checkpoint_dir: default ``IGNITE_TF_CHECKPOINT_DIR``, else ``./checkpoints``: ``backup/`` holds
         BackupAndRestore's state, ``model/`` the trained SavedModel (written by the chief).
     :param tensorboard_dir: default ``IGNITE_TF_TENSORBOARD_DIR``, else ``./tensorboard``.
-    :returns: ``{"start_epoch", "epochs", "metrics" (last epoch), "model_dir" (chief), "chief"}``.
+    :param on_backup: called after each backup, of an epoch or on SIGTERM (a run store's push of
+        ``<checkpoint_dir>/backup``).
+    :returns: ``{"start_epoch", "epochs", "epochs_run" (trained by this call), "metrics" (last epoch),
+        "model_dir" (chief), "chief"}``.
+
+    SIGTERM ends the task within ``contract.STOP_DEADLINE_S``, a sync cluster's workers after a backup at the
+    current step; the backup is kept after training, so a restart of a finished training trains nothing
+    (``ignite_tf.runtime.stopping``).
     """
     import ignite_tf.data as itd
 
@@ -175,6 +188,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     backup_dir = ckpt / RunFolder.BACKUP
+    stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
     # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
     # by modules imported first, so the two threads never import side by side.
     import ignite_tf.reader.partition  # noqa: F401
@@ -205,7 +219,9 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
                                                   checkpoint_every_steps)
-    start_epoch, start_step = _resume(backup_dir, steps, step_level, epochs, info)
+    # A backup written on SIGTERM is of a step: tf_keras then resumes at the next step, as with step backups.
+    start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(strat, info),
+                                      epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
     model = _model(fn, strat, classes, offered)  # adds n_classes to offered
     data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
@@ -213,8 +229,8 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                     start_step=start_step, shuffle_buffer=shuffle_buffer)
     reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
     # Backup first: an epoch is reported only once it would survive a restart.
-    callbacks = [tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=checkpoint_every_steps or "epoch"),
-                 reporter.callback(tf_keras)]
+    callbacks = [*stopping.backup_callbacks(tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch",
+                                            on_backup=on_backup), reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
@@ -222,13 +238,13 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     model_info = {
         "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
         "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
-        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last,
+        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last or _saved_metrics(ckpt),
         "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
     model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
                                  save=lambda m: save_model(m, ckpt, info, model_info))
     timeline.mark("saved", show=info.is_chief)
-    return {"start_epoch": start_epoch, "epochs": epochs, "metrics": reporter.last, "model_dir": model_dir,
-            "chief": info.is_chief}
+    return {"start_epoch": start_epoch, "epochs": epochs, "epochs_run": reporter.epochs_run,
+            "metrics": reporter.last or model_info["metrics"], "model_dir": model_dir, "chief": info.is_chief}
 
 
 # What ``preload`` read in the fork server, by (cache, label column, features): its forked tasks inherit it.
@@ -321,10 +337,19 @@ def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: T
 
     start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
     if start_epoch >= epochs:
-        start_epoch, start_step = epochs - 1, 0  # the backup is of the last epoch: fit ends at once
+        _log(f"training already complete ({epochs} epochs backed up in {backup_dir}): nothing to train", info)
+        return epochs - 1, 0  # fit restores the last epoch's backup and ends at once
     if start_epoch or start_step:
         _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
     return start_epoch, start_step
+
+
+def _saved_metrics(checkpoint_dir: Path) -> dict[str, Any]:
+    """The metrics of the model an earlier attempt saved (a restart that had nothing left to train)."""
+    try:
+        return json.loads((checkpoint_dir / RunFolder.MODEL / MODEL_INFO).read_text()).get("metrics") or {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: str, features: list[str],
@@ -412,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 <task pid>` writes every thread's Python stack to the task's output: how to see where a
     # task that looks hung (a collective waiting for a peer, a read) is waiting.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    contract.handle_stop()  # SIGTERM ends the task, with or without the taskboot on its PYTHONPATH
     features = _features(args.features)
     contract.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:

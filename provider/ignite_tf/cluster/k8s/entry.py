@@ -3,12 +3,15 @@
 Does in the pod what the local supervisor does for a child process: the task's working folder, the
 contract's ``taskboot`` first on ``PYTHONPATH`` (an uncaught exception ends the task at once), the job
 folder importable, then ``exec`` of the task's command (the container's main process, so its exit status
-and signals are the pod's).
+and signals are the pod's). A command that is not Python stays its child (``run_as_pid1``): as pid 1 it
+would ignore the pod's SIGTERM.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +29,24 @@ def main(argv: list[str]) -> None:
     job_dir = os.environ.get(ENV_JOB_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, job_dir, os.environ.get("PYTHONPATH")]))
     sys.stdout.flush()
-    os.execvp(command[0], command)
+    run_as_pid1(command)
+
+
+def run_as_pid1(command: list[str]) -> None:
+    """Become ``command``, or, when it is not Python, run it as a child and pass SIGTERM and SIGINT on.
+
+    The first process of a PID namespace (a container's) gets no signal its handlers leave at the default:
+    a Python task handles SIGTERM itself (the taskboot ``sitecustomize``), so it may be pid 1; a shell or
+    another program may not, or the pod's deletion would wait out its grace period. Ends with the child's
+    status (128 + the signal that killed it).
+    """
+    if Path(command[0]).name.startswith("python"):
+        os.execvp(command[0], command)
+    child = subprocess.Popen(command)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    code = child.wait()
+    sys.exit(128 - code if code < 0 else code)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ once with status 1. Without this, TensorFlow's threads and exit handlers can kee
 forever (its peers then wait in a collective and the supervisor sees nothing). Interpreter finalization
 (atexit handlers, joins of non-daemon threads) is skipped for a failed task only.
 
+SIGTERM ends the task within a second or two with status 143 (``ignite_tf.contract.handle_stop``; the runtime
+installs a finer handler that writes a checkpoint first). Without it a task that is a pod's pid 1 ignores
+SIGTERM (the kernel drops a signal left at its default disposition for a PID namespace's first process), and
+TensorFlow's coordination service swallows it (it only records a preemption), so a deleted pod trained on
+for its whole grace period. A disposition the task inherited as ignored stays ignored.
+
 Another ``sitecustomize`` later on ``sys.path`` (a venv's or the distribution's) is still run.
 """
 
@@ -28,6 +34,22 @@ def _exit_on_uncaught(exc_type, exc, tb):
 
 
 sys.excepthook = _exit_on_uncaught
+
+
+def _handle_stop():
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    try:
+        from ignite_tf.contract import handle_stop
+    except ImportError:  # an interpreter without ignite_tf: end at once, as STOPPED_EXIT_CODE says
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
+        return
+    handle_stop()
+
+
+_handle_stop()
 
 
 def _run_next_sitecustomize():
