@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ignite_tf.errors import ConfigError
@@ -101,3 +102,19 @@ def env_to_options(env: Mapping[str, str], url: str) -> dict[str, Any]:
     if env.get("AWS_DEFAULT_REGION"):
         options["client_kwargs"] = {"region_name": env["AWS_DEFAULT_REGION"]}
     return options
+
+
+@contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment for the block only (a library that reads its credentials there,
+    such as the registry's fsspec copy), then as it was."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
