@@ -16,7 +16,7 @@ from ignite_tf.cluster.state import ClusterState, StateStore, open_store
 from ignite_tf.cluster.supervision import RestartPolicy, Supervision
 from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
-from ignite_tf.runstore import LAYOUT, is_remote
+from ignite_tf.runstore import LAYOUT, RunStore, is_remote
 from ignite_tf.runstore import code as shipping
 
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
@@ -107,8 +107,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     if existing is not None and launcher.is_alive(existing):
         return existing
     root = run_root or default_run_root()
-    store = launcher.run_store(f"{str(root).rstrip('/')}/{cluster_id}" if is_remote(root)
-                               else str(RunFolder.of(cluster_id, root).path))
+    store = (launcher.run_store(f"{str(root).rstrip('/')}/{cluster_id}") if is_remote(root)
+             else RunStore(str(RunFolder.of(cluster_id, root).path)))
     folder = RunFolder(staging_dir(cluster_id)) if store.remote else RunFolder.of(cluster_id, root)
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -235,10 +235,8 @@ class PipelineConfig:
     schedule_asset: str | None = None
     """URI or name of the Asset whose updates start a run (instead of ``schedule``)."""
     ignite_conn_id: str = DEFAULT_CONN_ID
-    run_root: str | None = None
-    """Where runs live: a folder or an object-store URL (``s3://bucket/runs``); None: ``IGNITE_TF_RUN_ROOT``."""
-    run_store_conn_id: str | None = None
-    """The Airflow ``aws`` connection of an object-store ``run_root``; None: the worker's environment."""
+    run_root: str | None = None  # a folder or an object-store URL; None: IGNITE_TF_RUN_ROOT
+    run_store_conn_id: str | None = None  # the aws connection of an object-store run_root
     key: str | None = None
     shard_plan: ShardPlanConfig = field(default_factory=ShardPlanConfig)
     publish: PublishConfig | None = None
@@ -373,9 +371,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         return InferenceConfig(input_cache=i.get("input_cache", doc["cache"]), output_cache=i["output_cache"],
                                shards=i.get("shards", 2))
 
-    def run_root(value):
-        return None if not value else value if "://" in value else str(_resolve(base, value))
-
+    root = doc.get("run_root")
     schedule = doc.get("schedule")
     shard_plan = doc.get("shard_plan") or {}
     return PipelineConfig(
@@ -385,7 +381,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         schedule=schedule if isinstance(schedule, str) else None,
         schedule_asset=schedule["asset"] if isinstance(schedule, dict) else None,
         ignite_conn_id=doc.get("ignite_conn_id", DEFAULT_CONN_ID), key=doc.get("key"),
-        run_root=run_root(doc.get("run_root")), run_store_conn_id=doc.get("run_store_conn_id"),
+        run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
         shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None,
