@@ -22,7 +22,7 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import Status
-from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.runstore import LAYOUT
 
 CACHE = "runstore_tabular"
 pytestmark = pytest.mark.integration
