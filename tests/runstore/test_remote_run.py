@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -65,7 +67,7 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
     cid = f"s3-{uuid.uuid4().hex[:8]}"
     launcher = make_launcher(ignite_conn)  # the cluster state in Ignite: no folder shared with the reader
     job = {"entry_point": "team_model:build",
-           "args": ["--epochs", "2", "--batch-size", "32", "--label-column", "label"]}
+           "args": ["--epochs", "3", "--batch-size", "32", "--label-column", "label"]}
     state = start_cluster(cache, job, conn=ignite_conn, launcher=launcher, workers=2, run_root=root, cluster_id=cid)
     assert state.run_dir == f"{root}/{cid}"
     try:
@@ -77,7 +79,20 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
                 assert secret not in " ".join(p.cmdline())
             except psutil.NoSuchProcess:
                 pass
+        # The chief's backup reaches the bucket after each epoch (and leaves it after success, as locally).
+        backups: list[str] = []
+        watching = threading.Event()
+
+        def watch():
+            while not watching.is_set() and not backups:
+                backups.extend(k for k in _objects(s3_bucket) if f"/{LAYOUT.backup.as_posix()}/" in k)
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         final = launcher.wait(cid, timeout=600)
+        watching.set()
+        watcher.join(10)
     finally:
         launcher.stop(cid) if not launcher.status(cid).status.final else None
     assert final.status is Status.SUCCEEDED, launcher.tail(cid, 40)
@@ -90,7 +105,9 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
         assert f"{run}/{name.as_posix()}" in objects, sorted(objects)
     assert any(k.startswith(f"{run}/tensorboard/") for k in objects), sorted(objects)
     chief_log = objects[f"{run}/logs/worker-0.log"].decode()
-    assert "epoch 2/2" in chief_log and "model copied to" in chief_log and "succeeded" in chief_log
+    assert backups, "no backup in the bucket while training"
+    assert not any(f"/{LAYOUT.backup.as_posix()}/" in k for k in objects)
+    assert "epoch 3/3" in chief_log and "model copied to" in chief_log and "succeeded" in chief_log
     # Credentials in no object of the run (spec, logs, plan) and not in the recorded state.
     assert not [k for k, v in objects.items() if secret.encode() in v]
     assert secret not in json.dumps(launcher.status(cid).to_dict())
@@ -106,7 +123,7 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
     attach = subprocess.run([sys.executable, "-m", "ignite_tf.cli", "attach", "--from-start", cid], env=env,
                             cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert attach.returncode == 0, attach.stderr
-    assert "epoch 2/2" in attach.stdout and "succeeded" in attach.stdout and secret not in attach.stdout
+    assert "epoch 3/3" in attach.stdout and "succeeded" in attach.stdout and secret not in attach.stdout
     reader = textwrap.dedent(f"""
         import json, sys
         from ignite_tf.cluster.api import make_launcher

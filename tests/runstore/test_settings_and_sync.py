@@ -83,6 +83,12 @@ def test_a_restarted_task_elsewhere_resumes_from_the_stores_backup(s3_bucket, tm
     assert store.read_text(LAYOUT.model / "saved_model.pb") == "pb"
     assert store.read_text(LAYOUT.model / "stale.txt") is None
     assert store.read_text(LAYOUT.tensorboard / "train" / "events.out.tfevents.1") == "events"
+    assert store.read_text(LAYOUT.backup / "chief" / "ckpt-2.index") == "epoch 2"
+    import shutil
+
+    shutil.rmtree(first / "backup")  # BackupAndRestore removes its backup after a finished fit: so does the store
+    chief.push()
+    assert not store.get_dir(LAYOUT.backup, tmp_path / "after")
 
     # Without a run store (a folder as run root) nothing is copied anywhere.
     none = TaskSync.from_env(tmp_path / "n" / "backup", tmp_path / "n" / "tb", True, environ={})

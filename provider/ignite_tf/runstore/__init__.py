@@ -6,7 +6,10 @@
 - ``mirror.py``: ``Mirror``, the supervisor's copier of growing files (task logs) to the store.
 - ``sync.py``: ``TaskSync``, a training task's backup, model and TensorBoard events to and from the store.
 - ``code.py``: code shipping (``code.zip``): the user's modules to every task.
-- ``reading.py``: what readers of a run (``attach``, the task log, the UI, TensorBoard) take from it.
+
+Readers of a run (``Launcher.output`` for ``attach`` and the Airflow task log, the UI's plan, ``ignite-tf
+tensorboard``, ``PublishModelOperator``) open it with ``RunStore(state.run_dir)``: the state's ``run_dir`` is
+where the run lives, a folder or the store's URL. See docs/guides/run-store.md.
 
 Importing this package imports neither fsspec nor s3fs.
 """

@@ -149,8 +149,4 @@ def import_hint(module: str, environ=None) -> str:
             f"(see docs/guides/code.md)")
 
 
-def describe(names: list[str]) -> str:
-    return ", ".join(names)
-
-
-__all__ = ["describe", "entry_point_source", "import_hint", "on_path", "pack", "ship", "unpack"]
+__all__ = ["entry_point_source", "import_hint", "on_path", "pack", "ship", "unpack"]

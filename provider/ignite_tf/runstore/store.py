@@ -197,10 +197,10 @@ class RunStore:
         by the caller) only those changed since. Objects the folder no longer has are removed (a backup
         TensorFlow replaced). Returns how many files were copied."""
         local = Path(local)
-        if not self.remote or not local.is_dir():
+        if not self.remote:
             return 0
         copied, present = 0, set()
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        for path in sorted(p for p in local.rglob("*") if p.is_file()) if local.is_dir() else []:
             key = path.relative_to(local).as_posix()
             present.add(key)
             try:

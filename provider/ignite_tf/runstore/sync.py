@@ -67,7 +67,7 @@ class TaskSync:
         for name, local, key in (("backup", self.backup_dir, LAYOUT.backup),
                                  ("tensorboard", self.tensorboard_dir, LAYOUT.tensorboard)):
             try:
-                if local.is_dir() or self._seen[name]:
+                if local.is_dir() or self._seen[name]:  # a backup removed after success goes from the store too
                     self.store.put_dir(local, key, self._seen[name])
             except Exception as exc:  # noqa: BLE001 - the next epoch copies again
                 _warn(f"copying {name} to {self.store.path(key)} failed: {exc}")
