@@ -95,3 +95,39 @@ def test_a_restarted_task_elsewhere_resumes_from_the_stores_backup(s3_bucket, tm
     assert none.store is None and not none.pull()
     none.push()
     none.finish(str(model))
+
+
+def test_an_aws_connection_reaches_the_store_and_the_supervisor_but_nothing_written(s3_bucket, object_store,
+                                                                                       tmp_path, monkeypatch):
+    """Airflow's way: the worker's environment has no store credentials; the ``aws`` connection does."""
+    import json
+
+    from ignite_tf.cluster.launcher import LocalLauncher
+    from ignite_tf.cluster.spec import build_spec
+    from ignite_tf.cluster.state import LocalStateStore
+
+    creds = object_store.env()
+    for name in creds:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_RUNS_S3", json.dumps({
+        "conn_type": "aws", "login": creds["AWS_ACCESS_KEY_ID"], "password": creds["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": creds["AWS_ENDPOINT_URL"], "region_name": "us-east-1"}}))
+    launcher = LocalLauncher(LocalStateStore(tmp_path / "state"), run_store_conn_id="runs_s3")
+    url = f"s3://{s3_bucket}/runs/conn1"
+    store = launcher.run_store(url)
+    store.write_text(LAYOUT.log("worker-0"), "hello\n")
+    assert store.read_text(LAYOUT.log("worker-0")) == "hello\n"
+
+    spec = build_spec(cluster_id="conn1", cache="c", mode="sync", workers=1, run_dir=tmp_path / "staging",
+                      job={"entry_point": "m:f"}, run_store=url)
+    env = launcher.supervisor_env(spec, environ={"PATH": "/usr/bin"})
+    assert env["AWS_SECRET_ACCESS_KEY"] == creds["AWS_SECRET_ACCESS_KEY"]
+    assert env["AWS_ENDPOINT_URL"] == creds["AWS_ENDPOINT_URL"]
+    assert "AIRFLOW_CONN_RUNS_S3" not in env
+    (tmp_path / "staging").mkdir()
+    launcher._save(spec)
+    assert creds["AWS_SECRET_ACCESS_KEY"] not in store.read_text(LAYOUT.spec)
+    assert creds["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "staging" / "cluster.json").read_text()
+    local = build_spec(cluster_id="conn2", cache="c", mode="sync", workers=1, run_dir=tmp_path / "runs" / "conn2",
+                       job={"entry_point": "m:f"})
+    assert "AWS_SECRET_ACCESS_KEY" not in launcher.supervisor_env(local, environ={"PATH": "/usr/bin"})
