@@ -184,7 +184,7 @@ def test_pods_of_a_remote_run_mount_nothing_and_carry_no_secret(tmp_path, monkey
     core = Recorder()
     backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none"}), "ns", "img:1", core=core)
     backend.owner = {"name": "podrun", "uid": "uid-1"}
-    core.create_namespaced_secret("ns", {"metadata": {"name": "podrun-env"}, "stringData": backend._secret_env()})
+    core.create_namespaced_secret("ns", {"metadata": {"name": "podrun-env"}, "stringData": backend.secret_env()})
     for task in spec.tasks:
         backend.start(task, 0)
     secret_body = core.created[0][1]

@@ -125,7 +125,7 @@ def test_an_aws_connection_reaches_the_store_and_the_supervisor_but_nothing_writ
     assert env["AWS_ENDPOINT_URL"] == creds["AWS_ENDPOINT_URL"]
     assert "AIRFLOW_CONN_RUNS_S3" not in env
     (tmp_path / "staging").mkdir()
-    launcher._save(spec)
+    launcher.save_spec(spec)
     assert creds["AWS_SECRET_ACCESS_KEY"] not in store.read_text(LAYOUT.spec)
     assert creds["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "staging" / "cluster.json").read_text()
     local = build_spec(cluster_id="conn2", cache="c", mode="sync", workers=1, run_dir=tmp_path / "runs" / "conn2",

@@ -195,11 +195,12 @@ class SupervisedLauncher(Launcher):
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing  # idempotent: never a second cluster under one id
         self.prepare(spec)
-        self._save(spec)
+        self.save_spec(spec)
         proc = self._start_supervisor(spec, self.supervisor_command(spec))
         return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)
 
-    def _save(self, spec: ClusterSpec) -> Path:
+    def save_spec(self, spec: ClusterSpec) -> Path:
+        """Write ``spec`` to its run folder (``RunFolder.spec``), and to the run store when it has one."""
         folder = spec.folder
         folder.logs.mkdir(parents=True, exist_ok=True)
         spec.save(folder.spec)
@@ -325,7 +326,7 @@ class LocalLauncher(SupervisedLauncher):
 
         def launch(spec: ClusterSpec, timeout: float | None = None) -> ClusterState:
             nonlocal launched
-            self._save(spec)
+            self.save_spec(spec)
             launched = True
             _send(proc, "saved\n", close=True)
             return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)

@@ -108,7 +108,7 @@ class PodBackend(Backend):
         self._create_owner()
         meta = {"metadata": {"name": self.owner["name"], "uid": self.owner["uid"]}}
         self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
-            self.spec, self.settings, self._secret_env(), meta))
+            self.spec, self.settings, self.secret_env(), meta))
         self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings, meta))
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
@@ -142,7 +142,9 @@ class PodBackend(Backend):
             self._wait_gone()
         raise RuntimeError(f"could not create ConfigMap {self.spec.cluster_id} in namespace {self.namespace}")
 
-    def _secret_env(self) -> dict[str, str]:
+    def secret_env(self) -> dict[str, str]:
+        """What the cluster's Secret holds (every pod gets it through ``envFrom``): the Ignite connection, the
+        user's passed variables and, for an object-store run root, the store's credentials."""
         from ignite_tf.connection import IgniteConnectionConfig
 
         conn = IgniteConnectionConfig.from_env(os.environ)
