@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--placement", choices=[p.value for p in Placement],
                        help="workers next to their Ignite nodes (with --launcher kubernetes; "
                             f"default {DEFAULT_PLACEMENT})")
+    start.add_argument("--run-root", metavar="DIR_OR_URL",
+                       help="where the run lives: a folder, or an object-store URL such as s3://bucket/runs (its "
+                            "credentials from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                            "AWS_ENDPOINT_URL...) (default $IGNITE_TF_RUN_ROOT, else ~/.cache/ignite-tf/runs)")
+    start.add_argument("--py-module", dest="py_modules", action="append", default=[], metavar="PATH",
+                       help="a folder or .py file shipped to every task, first on its PYTHONPATH (repeatable); "
+                            "JOB_DIR is shipped too when the run root is an object store")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
@@ -192,7 +199,7 @@ def cmd_start(args, conn) -> int:
     job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=Mode(args.mode), workers=args.workers, ps=args.ps,
                           cluster_id=args.cluster_id, launcher=launcher, env=args.env,
-                          supervision=supervision_of(args))
+                          supervision=supervision_of(args), run_root=args.run_root, py_modules=args.py_modules)
     print(state.cluster_id, flush=True)
     if args.detach:
         return 0
@@ -290,7 +297,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 def cmd_tensorboard(args, conn) -> int:
     from ignite_tf.ui.tensorboard import logdirs, serve
 
-    folders = [t for t in args.targets if Path(t).expanduser().is_dir()]
+    folders = [t for t in args.targets if "://" in t or Path(t).expanduser().is_dir()]
     store = None if len(folders) == len(args.targets) else _launcher(conn).store
     serve(logdirs(args.targets, store), port=args.port, host=args.host)
     return 0

@@ -71,6 +71,13 @@ ENV_ATTEMPT = "IGNITE_TF_ATTEMPT"
 ENV_PROGRESS_FILE = "IGNITE_TF_PROGRESS_FILE"
 ENV_JOB_DIR = "IGNITE_TF_JOB_DIR"
 """A pod's job folder, put on ``PYTHONPATH`` by the pod's first process (a local task gets it there directly)."""
+ENV_RUN_STORE = "IGNITE_TF_RUN_STORE"
+"""The run's URL in a remote run store (``ignite_tf.runstore``): a task copies its backup, model and events
+there; unset for a local run folder."""
+ENV_RUN_STORE_PROGRESS = "IGNITE_TF_RUN_STORE_PROGRESS"
+"""Set for a task whose disk the supervisor cannot read (a pod): it copies its progress report to the store."""
+ENV_CODE = "IGNITE_TF_CODE"
+"""What the launcher shipped of the user's code (``ignite_tf.runstore.code``), comma-separated, for errors."""
 ENV_TF_CONFIG = "TF_CONFIG"
 PER_TASK_ENV = (ENV_TF_CONFIG, ENV_ATTEMPT, ENV_PROGRESS_FILE)
 """What differs between the environments of one cluster's tasks."""

@@ -4,6 +4,7 @@
 
     <home>/
         runs/                   run folders of clusters (unless IGNITE_TF_RUN_ROOT says otherwise)
+        staging/                local copies of runs whose root is an object store (their files go there)
         clusters/               the local state store (unless IGNITE_TF_CLUSTER_STATE says otherwise)
         registry/               the model registry when none is given (unless IGNITE_TF_REGISTRY says otherwise)
         pycache/                the tasks' shared bytecode cache (unless IGNITE_TF_PYCACHE says otherwise)
@@ -43,6 +44,10 @@ class HomeFolder:
     @property
     def runs(self) -> Path:
         return self.path / "runs"
+
+    @property
+    def staging(self) -> Path:
+        return self.path / "staging"
 
     @property
     def clusters(self) -> Path:

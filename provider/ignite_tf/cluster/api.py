@@ -10,20 +10,23 @@ from typing import Any
 
 from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
-from ignite_tf.cluster.run_folder import RunFolder, default_run_root
+from ignite_tf.cluster.run_folder import RunFolder, default_run_root, staging_dir
 from ignite_tf.cluster.spec import build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.state import ClusterState, StateStore, open_store
 from ignite_tf.cluster.supervision import RestartPolicy, Supervision
 from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
+from ignite_tf.runstore import LAYOUT, RunStore, is_remote
+from ignite_tf.runstore import code as shipping
 
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 
 
 def make_launcher(conn=None, store: StateStore | None = None, kind: LauncherKind | str = LauncherKind.LOCAL,
-                  kubernetes: dict[str, Any] | None = None) -> Launcher:
+                  kubernetes: dict[str, Any] | None = None, run_store_conn_id: str | None = None) -> Launcher:
     """The launcher of ``kind``: ``local`` (processes on this machine) or ``kubernetes`` (pods; settings in
-    ``kubernetes``, see ``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
+    ``kubernetes``, see ``ignite_tf.cluster.k8s.settings.KubernetesSettings``). ``run_store_conn_id``: the
+    Airflow ``aws`` connection of an object-store run root (default: the environment's credentials)."""
     kind = LauncherKind.parse(kind)
     if kind is LauncherKind.LOCAL and kubernetes:
         raise ConfigError("kubernetes settings given with the local launcher: use launcher 'kubernetes'")
@@ -31,8 +34,8 @@ def make_launcher(conn=None, store: StateStore | None = None, kind: LauncherKind
     if kind is LauncherKind.KUBERNETES:
         from ignite_tf.cluster.k8s.launcher import KubernetesLauncher
 
-        return KubernetesLauncher(store, conn, kubernetes, on_lost=release_remote)
-    return LocalLauncher(store, conn, on_lost=release_remote)
+        return KubernetesLauncher(store, conn, kubernetes, on_lost=release_remote, run_store_conn_id=run_store_conn_id)
+    return LocalLauncher(store, conn, on_lost=release_remote, run_store_conn_id=run_store_conn_id)
 
 
 def release_remote(state: ClusterState) -> None:
@@ -68,7 +71,7 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
                   plan=None, labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
                   max_restarts: int | None = None, startup_deadline_s: float | None = None,
                   grace_period_s: float | None = None, restart_policy: RestartPolicy | str | None = None,
-                  progress_timeout_s: float | None = None) -> ClusterState:
+                  progress_timeout_s: float | None = None, py_modules: Iterable[str | Path] = ()) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
@@ -82,6 +85,10 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     :param labels: who started it (``dag_id``, ``run_id``, ``task_id``...), kept in the cluster state.
     :param env: ``["NAME", "NAME=VALUE", ...]``: variables for every task besides the allowlisted ones
         (``NAME`` passes this process's value through the environment; see ``environment.py``).
+    :param run_root: a folder, or an object-store URL (``s3://bucket/runs``): the run then lives there, its
+        files written in a local staging folder first (``ignite_tf.runstore``).
+    :param py_modules: folders or ``.py`` files shipped to every task beside the entry point's own module
+        (``ignite_tf.runstore.code``).
     """
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan, next_to_nodes
@@ -99,7 +106,10 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     existing = launcher.find(cluster_id)
     if existing is not None and launcher.is_alive(existing):
         return existing
-    folder = RunFolder.of(cluster_id, run_root)
+    root = run_root or default_run_root()
+    store = (launcher.run_store(f"{str(root).rstrip('/')}/{cluster_id}") if is_remote(root)
+             else RunStore(str(RunFolder.of(cluster_id, root).path)))
+    folder = RunFolder(staging_dir(cluster_id)) if store.remote else RunFolder.of(cluster_id, root)
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
     if plan is not None and workers not in (None, plan.workers):
@@ -108,16 +118,26 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     job = dict(job)
     if "job_dir" in job:
         job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
+    job.pop("shipped", None)
+    # A remote run's tasks may not see this disk (pods): its job folder goes to the store too.
+    shipped = shipping.ship(store, job.get("entry_point"), py_modules, job.get("job_dir") if store.remote else None)
+    if shipped:
+        job["shipped"] = shipped
 
     def spec_for(workers: int, worker_hosts=None):
         return build_spec(
             cluster_id=cluster_id, cache=cache, mode=mode, workers=workers, ps=ps, run_dir=run_dir, job=job,
             worker_hosts=worker_hosts, shard_plan_path=str(plan_path), env=env, labels=labels,
-            supervision=supervision,
+            supervision=supervision, run_store=store.url if store.remote else "",
         )
 
-    if plan is not None:
+    def save_plan(plan) -> None:
         plan.save(plan_path)
+        if store.remote:
+            store.put_file(plan_path, LAYOUT.shard_plan)
+
+    if plan is not None:
+        save_plan(plan)
         return launcher.launch(spec_for(plan.workers, plan.worker_hosts))
     plan_path.unlink(missing_ok=True)  # the fork server's preload waits for this run's plan, never reads an older one
     with launcher.launching(spec_for(workers or 1)) as launch:
@@ -125,5 +145,5 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         workers = workers or len(pm.nodes)
         plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
                                seed=seed, conn=conn)
-        plan.save(plan_path)
+        save_plan(plan)
         return launch(spec_for(plan.workers, plan.worker_hosts))

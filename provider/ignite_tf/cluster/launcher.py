@@ -27,6 +27,8 @@ from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.cluster.supervision import processes
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.runstore import LAYOUT, RunStore, is_remote
+from ignite_tf.runstore.credentials import credentials_env, storage_options
 
 
 class LauncherKind(StrEnum):
@@ -51,8 +53,28 @@ class LauncherKind(StrEnum):
 class Launcher(ABC):
     """Start, watch and stop TensorFlow clusters; the state lives in ``store``."""
 
-    def __init__(self, store: StateStore):
+    def __init__(self, store: StateStore, run_store_conn_id: str | None = None):
         self.store = store
+        self.run_store_conn_id = run_store_conn_id
+        """The Airflow ``aws`` connection of an object-store run root; None: the environment's credentials."""
+
+    def run_store_env(self) -> dict[str, str]:
+        """The run store's credentials as variables, for the processes this launcher starts (never written)."""
+        env = self.__dict__.get("_run_store_env")
+        if env is None:
+            env = self.__dict__["_run_store_env"] = credentials_env(self.run_store_conn_id)
+        return env
+
+    def run_store(self, location: str) -> RunStore:
+        """The run at ``location`` (a folder or an object-store URL) as this launcher reads it."""
+        if not is_remote(location):
+            return RunStore(location)
+        options = dict(storage_options())
+        if self.run_store_conn_id:  # this process's own reads: the connection's keys in memory only
+            from ignite_tf.runstore.credentials import env_to_options
+
+            options.update(env_to_options(self.run_store_env(), location))
+        return RunStore(location, options)
 
     @abstractmethod
     def launch(self, spec: ClusterSpec) -> ClusterState:
@@ -153,8 +175,9 @@ class SupervisedLauncher(Launcher):
     state_timeout_s = 60.0
     """Seconds for a new supervisor to record the cluster's state."""
 
-    def __init__(self, store: StateStore, conn=None, on_lost: Callable[[ClusterState], None] | None = None):
-        super().__init__(store)
+    def __init__(self, store: StateStore, conn=None, on_lost: Callable[[ClusterState], None] | None = None,
+                 run_store_conn_id: str | None = None):
+        super().__init__(store, run_store_conn_id)
         self.conn = conn
         # Called by stop() for a cluster whose supervisor was lost: tasks that do not die with it (pods) are
         # deleted there (``make_launcher`` passes ``release_remote``).
@@ -172,15 +195,17 @@ class SupervisedLauncher(Launcher):
         if existing is not None and not existing.status.final and self.is_alive(existing):
             return existing  # idempotent: never a second cluster under one id
         self.prepare(spec)
-        self._save(spec)
+        self.save_spec(spec)
         proc = self._start_supervisor(spec, self.supervisor_command(spec))
         return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)
 
-    @staticmethod
-    def _save(spec: ClusterSpec) -> Path:
+    def save_spec(self, spec: ClusterSpec) -> Path:
+        """Write ``spec`` to its run folder (``RunFolder.spec``), and to the run store when it has one."""
         folder = spec.folder
         folder.logs.mkdir(parents=True, exist_ok=True)
         spec.save(folder.spec)
+        if spec.run_store:  # readers of the run (``ps --tasks``, the page) find the spec in the store too
+            self.run_store(spec.run_store).put_file(folder.spec, LAYOUT.spec)
         return folder.spec
 
     def _start_supervisor(self, spec: ClusterSpec, command: list[str], stdin=subprocess.DEVNULL) -> subprocess.Popen:
@@ -216,6 +241,8 @@ class SupervisedLauncher(Launcher):
                 env.pop(name, None)
             env.update(self.conn.to_env())
         env.update(store_to_env(self.store))
+        if spec.run_store:
+            env.update(self.run_store_env())
         env.update(values)
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
         return env
@@ -258,11 +285,16 @@ class SupervisedLauncher(Launcher):
 
     def output(self, cluster_id: str, offset: int = 0) -> tuple[str, int]:
         state = self.status(cluster_id)
-        try:
-            with open(state.chief_log, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
+        if is_remote(state.run_dir):  # the run lives in an object store: its copy of the chief's log
+            data = self.run_store(state.run_dir).read_bytes(LAYOUT.log(Path(state.chief_log).stem), offset)
+        else:
+            try:
+                with open(state.chief_log, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                data = None
+        if data is None:
             return "", offset
         # Hand out whole lines only, so a reader never sees half a line twice.
         cut = data.rfind(b"\n") + 1
@@ -294,7 +326,7 @@ class LocalLauncher(SupervisedLauncher):
 
         def launch(spec: ClusterSpec, timeout: float | None = None) -> ClusterState:
             nonlocal launched
-            self._save(spec)
+            self.save_spec(spec)
             launched = True
             _send(proc, "saved\n", close=True)
             return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)

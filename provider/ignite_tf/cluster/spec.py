@@ -27,9 +27,11 @@ from ignite_tf.contract import (  # noqa: F401 - ENV_CACHE, ENV_SHARD_PLAN, read
     ENV_CACHE,
     ENV_CHECKPOINT_DIR,
     ENV_CLUSTER_ID,
+    ENV_CODE,
     ENV_MODE,
     ENV_PROGRESS_FILE,
     ENV_RUN_DIR,
+    ENV_RUN_STORE,
     ENV_SHARD_PLAN,
     ENV_TENSORBOARD_DIR,
     ENV_TF_CONFIG,
@@ -113,6 +115,9 @@ class ClusterSpec:
     labels: dict[str, str] = field(default_factory=dict)
     """Who started the cluster, shown by ``ps`` and the Airflow page: ``dag_id``, ``run_id``, ``task_id``,
     ``try_number``, ``map_index`` for a cluster started by ``TFClusterOperator``; empty from the CLI."""
+    run_store: str = ""
+    """The run's URL in an object store (``ignite_tf.runstore``): ``run_dir`` is then a local staging folder
+    whose logs, checkpoints, model and events are copied there. Empty: ``run_dir`` is the run."""
 
     def __post_init__(self):
         self.mode = Mode.parse(self.mode)
@@ -146,6 +151,11 @@ class ClusterSpec:
     @property
     def folder(self) -> RunFolder:
         return RunFolder(Path(self.run_dir))
+
+    @property
+    def run_location(self) -> str:
+        """Where the run lives for its readers: the store's URL, or the run folder."""
+        return self.run_store or self.run_dir
 
     @property
     def checkpoint_dir(self) -> str:
@@ -195,6 +205,10 @@ class ClusterSpec:
         })
         if self.shard_plan_path:
             env[ENV_SHARD_PLAN] = self.shard_plan_path
+        if self.run_store:
+            env[ENV_RUN_STORE] = self.run_store
+        if self.job.get("shipped"):
+            env[ENV_CODE] = ", ".join(self.job["shipped"])
         return env
 
     # -- JSON ------------------------------------------------------------------------------------------------
@@ -229,7 +243,7 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
                shard_plan_path: str | None = None, port_for=None,
                env: Iterable[str] | Mapping[str, str] | None = None,
                labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
-               **settings: Any) -> ClusterSpec:
+               run_store: str = "", **settings: Any) -> ClusterSpec:
     """Choose ports and hosts for every task.
 
     :param supervision: the supervisor's settings (default ``Supervision()``); ``settings`` (``max_restarts=``,
@@ -238,6 +252,7 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
     :param port_for: ``(host) -> port``; default a free local port (the local launcher).
     :param env: ``["NAME", "NAME=VALUE", ...]`` (or a mapping): variables for every task; ``NAME`` passes the
         launcher's own value.
+    :param run_store: the run's object-store URL when ``run_dir`` is its local staging folder.
     """
     check_cluster_id(cluster_id)
     env_values, pass_env = parse_env(env)
@@ -272,7 +287,8 @@ def build_spec(*, cluster_id: str, cache: str, mode: Mode | str, workers: int, r
         t.port = port
     return ClusterSpec(cluster_id=cluster_id, cache=cache, mode=mode, tasks=tasks, run_dir=str(run_dir), job=job,
                        shard_plan_path=shard_plan_path, supervision=supervision, env=env_values,
-                       pass_env=list(pass_env), labels={str(k): str(v) for k, v in (labels or {}).items()})
+                       pass_env=list(pass_env), labels={str(k): str(v) for k, v in (labels or {}).items()},
+                       run_store=run_store)
 
 
 def _looks_like_host(value: str) -> bool:

@@ -85,7 +85,8 @@ def as_dict(value: Any) -> dict:
 
 
 def run_dir_for(context, root: str | None = None) -> str:
-    """The DAG run's directory for results (validation, logs): ``<run root>/<dag_id>/<run_id>``."""
+    """The DAG run's directory for results (validation, logs): ``<run root>/<dag_id>/<run_id>`` (a URL for an
+    object-store run root)."""
     import re
     from pathlib import Path
 
@@ -93,7 +94,10 @@ def run_dir_for(context, root: str | None = None) -> str:
 
     dag_id = context["dag"].dag_id
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", context["run_id"])
-    path = Path(root) if root else default_run_root()
+    root = root or default_run_root()
+    if "://" in str(root):  # an object-store run root (ignite_tf.runstore): nothing to make
+        return f"{str(root).rstrip('/')}/{dag_id}/{run_id}"
+    path = Path(root)
     path = path / dag_id / run_id
     path.mkdir(parents=True, exist_ok=True)
     return str(path)

@@ -41,6 +41,8 @@ class PublishModelOperator(IgniteTFOperator):
     :param validation: the ``ValidationGateOperator`` result (recorded in the metadata).
     :param partition_map: the PartitionMap (recorded: cache, rows, layout summary).
     :param training_params: training parameters to record.
+    :param run_store_conn_id: the ``aws`` connection of an object-store run (``training``'s ``run_dir`` is then
+        its URL); None: this worker's environment.
     """
 
     template_fields: Sequence[str] = ("registry_root", "model", "training", "validation", "partition_map",
@@ -49,21 +51,23 @@ class PublishModelOperator(IgniteTFOperator):
 
     def __init__(self, *, registry_root: str, model: str, training: Any, thresholds: dict | None = None,
                  tolerance: float = 0.0, validation: Any = None, partition_map: Any = None,
-                 training_params: dict | None = None, **kwargs):
+                 training_params: dict | None = None, run_store_conn_id: str | None = None, **kwargs):
         kwargs.setdefault("outlets", [model_asset(registry_root, model)])
         super().__init__(**kwargs)
         self.registry_root, self.model, self.training = registry_root, model, training
         self.thresholds, self.tolerance = thresholds or {}, tolerance
         self.validation, self.partition_map = validation, partition_map
         self.training_params = training_params or {}
+        self.run_store_conn_id = run_store_conn_id
         self.published: dict[str, Any] | None = None  # the publish result, for the extra links
 
     def execute(self, context) -> dict[str, Any]:
-        from ignite_tf.cluster.run_folder import RunFolder
         from ignite_tf.registry.publish import BlessingGate, ModelRegistry
+        from ignite_tf.runstore import LAYOUT, RunStore
+        from ignite_tf.runstore.credentials import credentials_env, environment
 
         training = as_dict(self.training)
-        run = RunFolder(training["run_dir"])
+        run = RunStore(training["run_dir"])  # a folder, or the run's object-store URL
         metrics = {k: v for k, v in (training.get("metrics") or {}).items() if isinstance(v, int | float)}
         data: dict[str, Any] = {}
         if self.partition_map:
@@ -79,12 +83,15 @@ class PublishModelOperator(IgniteTFOperator):
         run_context = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
                        "try_number": ti.try_number, "cluster_id": training.get("cluster_id")}
         gate = BlessingGate(thresholds={k: tuple(v) for k, v in self.thresholds.items()}, tolerance=self.tolerance)
-        result = ModelRegistry(self.registry_root).publish(
-            self.model, saved_model_dir=str(run.model), checkpoint_dir=str(run.backup),
-            tensorboard_dir=str(run.tensorboard),
-            metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
-            context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
-        )
+        # The registry reads the run through fsspec: an object-store run with this connection's credentials.
+        with environment(credentials_env(self.run_store_conn_id) if self.run_store_conn_id else {}):
+            parts = {name: run.path(key) if run.exists(key) else None
+                     for name, key in (("checkpoint_dir", LAYOUT.backup), ("tensorboard_dir", LAYOUT.tensorboard))}
+            result = ModelRegistry(self.registry_root).publish(
+                self.model, saved_model_dir=run.path(LAYOUT.model), **parts,
+                metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
+                context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
+            )
         self.log.info("published %s %s as %s%s", self.model, result.version, result.status,
                       f" ({'; '.join(result.reasons)})" if result.reasons else "")
         self.published = {**result.to_dict(), "cluster_id": training.get("cluster_id")}

@@ -40,7 +40,13 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         supervision setting here).
     :param startup_deadline_s: seconds for all tasks to come up.
     :param extra_args: more arguments of ``python -m ignite_tf.runtime`` for an entry point.
-    :param run_root: root of run folders (default ``$IGNITE_TF_RUN_ROOT``).
+    :param run_root: where runs live (default ``$IGNITE_TF_RUN_ROOT``): a folder, or an object-store URL such as
+        ``s3://bucket/runs`` (templated; see ``ignite_tf.runstore``).
+    :param run_store_conn_id: the Airflow ``aws`` connection whose credentials (and ``endpoint_url`` in its
+        extra) reach an object-store ``run_root`` (None: the worker's environment, as s3fs reads it). They
+        reach the tasks through their environment only (a pod's Secret).
+    :param py_modules: folders or ``.py`` files shipped to every task beside the entry point's own module
+        (templated; see docs/guides/code.md).
     :param restart_policy: which failures are restarted: ``on-failure``, ``exit-code`` (default: signals,
         statuses >= 128 and the watchdog, not the job's own error) or ``never`` (templated).
     :param progress_timeout_s: a task silent this long after its first progress report fails the cluster
@@ -64,7 +70,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
-                                      "restart_policy", "env", "model_args", "launcher", "kubernetes", "supervision")
+                                      "restart_policy", "env", "model_args", "launcher", "kubernetes", "supervision",
+                                      "run_root", "py_modules")
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
@@ -77,7 +84,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                  poll_interval: float = DEFAULT_POLL_INTERVAL,
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
                  env: list[str] | dict[str, str] | None = None, launcher: str = LauncherKind.LOCAL.value,
-                 kubernetes: dict[str, Any] | None = None, supervision: Any = None, **kwargs):
+                 kubernetes: dict[str, Any] | None = None, supervision: Any = None,
+                 run_store_conn_id: str | None = None, py_modules: list[str] | None = None, **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -89,6 +97,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.label_column, self.model_args = label_column, model_args
         self.max_restarts, self.startup_deadline_s, self.extra_args = max_restarts, startup_deadline_s, extra_args
         self.run_root, self.env = run_root, env
+        self.run_store_conn_id, self.py_modules = run_store_conn_id, py_modules
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
         self.launcher, self.kubernetes, self.supervision = launcher, kubernetes, supervision
@@ -131,7 +140,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         from ignite_tf.plan.shards import ShardPlan
 
         launcher = make_launcher(self.conn, kind=self.launcher,
-                                 kubernetes=as_dict(self.kubernetes) if self.kubernetes else None)
+                                 kubernetes=as_dict(self.kubernetes) if self.kubernetes else None,
+                                 run_store_conn_id=self.run_store_conn_id)
         try_number = context["ti"].try_number
         if try_number and try_number > 1:
             self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
@@ -141,7 +151,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             self.cache, self.job(), conn=self.conn, mode=Mode.parse(self.mode),
             workers=int(self.workers) if self.workers else None, ps=int(self.ps), cluster_id=cluster_id,
             run_root=self.run_root, launcher=launcher, plan=plan, env=self.env, labels=self.labels_for(context),
-            supervision=self.supervision_settings(),
+            supervision=self.supervision_settings(), py_modules=self.py_modules or (),
         )
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
@@ -153,7 +163,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
             self.defer(
                 trigger=TFClusterTrigger(cluster_id=cluster_id, ignite_conn_id=self.ignite_conn_id,
-                                         poll_interval=self.poll_interval),
+                                         poll_interval=self.poll_interval, run_store_conn_id=self.run_store_conn_id),
                 method_name="execute_complete",
                 timeout=self.execution_timeout or timedelta(days=7),
             )
@@ -167,7 +177,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         if self._cluster_id:
             from ignite_tf.cluster.api import make_launcher
 
-            self._stop_if_running(make_launcher(self.conn), self._cluster_id)
+            self._stop_if_running(make_launcher(self.conn, run_store_conn_id=self.run_store_conn_id), self._cluster_id)
 
     def _stop_if_running(self, launcher, cluster_id: str) -> None:
         state = launcher.find(cluster_id)

@@ -50,14 +50,17 @@ class ValidationGateOperator(IgniteTFOperator):
     :param results: the mapped ``ValidateShardOperator`` outputs.
     :param suite: the same suite file (row-count bounds and cross-shard uniqueness are checked here).
     :param cache: cache name, for the cross-shard uniqueness check with Ignite SQL.
-    :param run_root: root of run directories (default ``$IGNITE_TF_RUN_ROOT``).
+    :param run_root: root of run directories (default ``$IGNITE_TF_RUN_ROOT``): a folder or an object-store URL.
+    :param run_store_conn_id: the ``aws`` connection of an object-store ``run_root`` (None: the environment's).
     """
 
     template_fields: Sequence[str] = ("results", "suite", "cache")
 
-    def __init__(self, *, results: Any, suite: str, cache: str | None = None, run_root: str | None = None, **kwargs):
+    def __init__(self, *, results: Any, suite: str, cache: str | None = None, run_root: str | None = None,
+                 run_store_conn_id: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.results, self.suite, self.cache, self.run_root = results, suite, cache, run_root
+        self.run_store_conn_id = run_store_conn_id
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.errors import ValidationFailed
@@ -67,7 +70,10 @@ class ValidationGateOperator(IgniteTFOperator):
         # past the end and logs a 404 "XCom not found" error in every run.
         results = [ShardResult.from_dict(as_dict(self.results[i])) for i in range(len(self.results))]
         summary = merge(results, self.suite, conn=self.conn if self.cache else None, cache=self.cache)
-        paths = write_results(summary, run_dir_for(context, self.run_root))
+        from ignite_tf.runstore.credentials import credentials_env, environment
+
+        with environment(credentials_env(self.run_store_conn_id) if self.run_store_conn_id else {}):
+            paths = write_results(summary, run_dir_for(context, self.run_root))
         self.log.info("validation results: %s", paths)
         try:
             gate(summary)

@@ -181,6 +181,8 @@ def render(config: PipelineConfig) -> list[DagSpec]:
     """The DAGs of one spec: training, and inference when the spec has it. Pure: builds no operator."""
     training, params = config.training, params_for(config)
     conn = {"ignite_conn_id": config.ignite_conn_id}
+    # Where the run lives, for every task that writes or reads it (the training, validation results, publish).
+    run = {k: v for k, v in (("run_root", config.run_root), ("run_store_conn_id", config.run_store_conn_id)) if v}
     source = config.source
     load_source: dict[str, Any] = (
         {"source": str(source.path), "schema": source.schema} if source.path is not None
@@ -212,12 +214,14 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         TaskSpec("validate", f"{OPERATORS}.validation.ValidateShardOperator",
                  {**conn, "plan": Ref("shard_plan", "plan"), "suite": suite}, expand={"shard": Ref("shard_plan")}),
         TaskSpec("validation_gate", f"{OPERATORS}.validation.ValidationGateOperator",
-                 {**conn, "results": Ref("validate"), "suite": suite, "cache": config.cache}),
+                 {**conn, **run, "results": Ref("validate"), "suite": suite, "cache": config.cache}),
         TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
-                 {**conn, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode, "workers": workers,
+                 {**conn, **run, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode,
+                  "workers": workers,
                   "ps": _param("ps", params, training.ps), "deferrable": True,
                   **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
                   **({"env": list(training.env)} if training.env else {}), **job,
+                  **({"py_modules": [str(m) for m in training.py_modules]} if training.py_modules else {}),
                   **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
                   **({"kubernetes": training.kubernetes} if training.kubernetes else {})},
                  after=("validation_gate",)),
@@ -226,7 +230,8 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         pub = config.publish
         tasks.append(TaskSpec(
             "publish", f"{OPERATORS}.publish.PublishModelOperator",
-            {**conn, "registry_root": pub.registry_root, "model": pub.model, "training": Ref("train"),
+            {**conn, **({"run_store_conn_id": config.run_store_conn_id} if config.run_store_conn_id else {}),
+             "registry_root": pub.registry_root, "model": pub.model, "training": Ref("train"),
              "validation": Ref("validation_gate"), "partition_map": Ref("partitions"),
              "thresholds": {k: list(v) for k, v in pub.thresholds.items()}, "tolerance": pub.tolerance,
              "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded}}))

@@ -122,6 +122,9 @@ class TrainingConfig:
     statuses >= 128, the watchdog; never) and ``progress_timeout_s`` (0: watchdog off), as one value."""
     env: tuple[str, ...] = ()
     """Variables for every task: ``NAME`` (the Airflow worker's value) or ``NAME=VALUE``."""
+    py_modules: tuple[Path, ...] = ()
+    """Folders or ``.py`` files shipped to every task (``ignite_tf.runstore.code``), besides the entry point's
+    own module."""
     kubernetes: dict[str, Any] | None = None
     """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
 
@@ -156,7 +159,8 @@ class TrainingConfig:
             if script is not None and self.job_dir.is_dir() and not (self.job_dir / script).is_file():
                 _fail("command", f"{script!r} is not a file in job_dir {self.job_dir}")
         elif self.job_dir is not None:
-            _fail("job_dir", "goes with command; an entry_point takes the training settings")
+            _fail("job_dir", "goes with command; an entry_point's own module is shipped to the tasks, and other "
+                             "folders or .py files it needs go in py_modules")
         if self.command and self.model_args:
             _fail("model_args", "goes with entry_point; a command takes its settings as arguments")
 
@@ -231,6 +235,8 @@ class PipelineConfig:
     schedule_asset: str | None = None
     """URI or name of the Asset whose updates start a run (instead of ``schedule``)."""
     ignite_conn_id: str = DEFAULT_CONN_ID
+    run_root: str | None = None  # a folder or an object-store URL; None: IGNITE_TF_RUN_ROOT
+    run_store_conn_id: str | None = None  # the aws connection of an object-store run_root
     key: str | None = None
     shard_plan: ShardPlanConfig = field(default_factory=ShardPlanConfig)
     publish: PublishConfig | None = None
@@ -350,6 +356,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
             label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
             supervision=supervision(t), env=tuple(t.get("env", ())),
+            py_modules=tuple(_resolve(base, m) for m in t.get("py_modules", ())),
             kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
 
     def publish(p):
@@ -364,6 +371,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         return InferenceConfig(input_cache=i.get("input_cache", doc["cache"]), output_cache=i["output_cache"],
                                shards=i.get("shards", 2))
 
+    root = doc.get("run_root")
     schedule = doc.get("schedule")
     shard_plan = doc.get("shard_plan") or {}
     return PipelineConfig(
@@ -373,6 +381,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         schedule=schedule if isinstance(schedule, str) else None,
         schedule_asset=schedule["asset"] if isinstance(schedule, dict) else None,
         ignite_conn_id=doc.get("ignite_conn_id", DEFAULT_CONN_ID), key=doc.get("key"),
+        run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
         shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None,

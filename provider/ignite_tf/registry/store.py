@@ -110,7 +110,9 @@ class RegistryStore:
                     files, size = files + 1, size + os.path.getsize(os.path.join(folder, name))
                 fsync_path(folder, directory=True)
             return {"files": files, "bytes": size}
-        for src in sfs.find(spath):
+        for src, info in sfs.find(spath, detail=True).items():
+            if info.get("type") != "file" or src.endswith("/"):
+                continue  # a folder marker some object stores list (s3proxy, a console's "create folder")
             target = dest + "/" + os.path.relpath(src, spath).replace(os.sep, "/")
             self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
             with sfs.open(src, "rb") as reader, self.fs.open(target, "wb") as writer:

@@ -39,6 +39,7 @@ from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
+from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping, timeline
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
@@ -115,8 +116,10 @@ def load_entry_point(entry_point: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"entry point {entry_point!r}: cannot import {module_name!r} ({exc}); put its "
-                          f"directory on PYTHONPATH or install it in the workers' environment") from None
+        from ignite_tf.runstore.code import import_hint
+
+        raise ConfigError(f"entry point {entry_point!r}: cannot import {module_name!r} ({exc}); "
+                          f"{import_hint(module_name)}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"entry point {entry_point!r}: {module_name} has no function {attr!r}")
@@ -188,7 +191,10 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
     tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
     backup_dir = ckpt / RunFolder.BACKUP
+    store_sync = TaskSync.from_env(backup_dir, tb_dir, info.is_chief)  # an object-store run root; else no-ops
+    store_sync.pull()  # its newest backup (with its attempt file), before anything here looks at backup_dir
     stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
+    store_sync.push()  # the claim, for an older attempt's pod that reads the store
     # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
     # by modules imported first, so the two threads never import side by side.
     import ignite_tf.reader.partition  # noqa: F401
@@ -230,7 +236,8 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
     # Backup first: an epoch is reported only once it would survive a restart.
     callbacks = [*stopping.backup_callbacks(tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch",
-                                            on_backup=on_backup), reporter.callback(tf_keras)]
+                                            on_backup=_then(store_sync.push, on_backup)),
+                 reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
@@ -242,6 +249,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
         "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
     model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
                                  save=lambda m: save_model(m, ckpt, info, model_info))
+    store_sync.finish(model_dir)
     timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "epochs_run": reporter.epochs_run,
             "metrics": reporter.last or model_info["metrics"], "model_dir": model_dir, "chief": info.is_chief}
@@ -466,3 +474,14 @@ def exit_with(code: int) -> None:
     (see ``ignite_tf.runtime.ending``)."""
     contract.exit_now(code)
 
+
+def _then(first, second):
+    """``first`` then ``second`` (if given): a backup goes to the run store before the caller hears of it."""
+    if second is None:
+        return first
+
+    def both(*args, **kwargs):
+        first()
+        return second(*args, **kwargs)
+
+    return both

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None):
-    """The launcher of the clusters whose state the connection's Ignite holds (``state_dir``: a local store)."""
+def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None, run_store_conn_id: str | None = None):
+    """The launcher of the clusters whose state the connection's Ignite holds (``state_dir``: a local store);
+    it reads an object-store run (the chief's log) with ``run_store_conn_id``'s credentials."""
     from ignite_tf.cluster.api import make_launcher
     from ignite_tf.cluster.state import LocalStateStore
 
@@ -21,7 +22,7 @@ def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None):
 
         conn = IgniteHook(ignite_conn_id).get_config()
     store = LocalStateStore(state_dir) if state_dir else None
-    return make_launcher(conn, store=store)
+    return make_launcher(conn, store=store, run_store_conn_id=run_store_conn_id)
 
 
 def event_for(state, launcher) -> dict[str, Any]:

@@ -30,27 +30,30 @@ class TFClusterTrigger(BaseTrigger):
     :param state_dir: local state directory when the state is not in Ignite.
     :param poll_interval: seconds between polls.
     :param offset: byte offset of the chief's output already logged.
+    :param run_store_conn_id: the ``aws`` connection of an object-store run root (the chief's log is read there).
     """
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = DEFAULT_CONN_ID,
-                 state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0):
+                 state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0,
+                 run_store_conn_id: str | None = None):
         super().__init__()
         self.cluster_id = cluster_id
         self.ignite_conn_id = ignite_conn_id
         self.state_dir = state_dir
         self.poll_interval = poll_interval
         self.offset = offset
+        self.run_store_conn_id = run_store_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{self.__class__.__module__}.{self.__class__.__name__}",
             {"cluster_id": self.cluster_id, "ignite_conn_id": self.ignite_conn_id, "state_dir": self.state_dir,
-             "poll_interval": self.poll_interval, "offset": self.offset},
+             "poll_interval": self.poll_interval, "offset": self.offset, "run_store_conn_id": self.run_store_conn_id},
         )
 
     @cached_property
     def launcher(self):
-        return launcher_for(self.ignite_conn_id, self.state_dir)
+        return launcher_for(self.ignite_conn_id, self.state_dir, self.run_store_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         offset = self.offset

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.state import ClusterState
+from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.ui.charts import line_chart
 
 # Epoch keys that are bookkeeping, not curves.
@@ -55,16 +55,19 @@ def charts(epochs: list[dict[str, Any]]) -> list[str]:
 
 
 def plan_summary(run_dir: str) -> dict[str, Any] | None:
-    """Rows per worker and locality of the cluster's shard plan (epoch 0), from its run folder."""
-    path = RunFolder(run_dir).shard_plan
-    if not path.is_file():
-        return None
+    """Rows per worker and locality of the cluster's shard plan (epoch 0), from where its run lives (a run
+    folder, or an object-store URL: ``ignite_tf.runstore``)."""
     from ignite_tf.plan.shards import ShardPlan
 
+    store = RunStore(run_dir)
+    path = store.path(LAYOUT.shard_plan)
     try:
-        plan = ShardPlan.load(path)
+        data = store.read_json(LAYOUT.shard_plan)
+        if data is None:
+            return None
+        plan = ShardPlan.from_dict(data)
         shards = plan.shards(0)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - an unreadable plan (or store) is shown, not a broken page
         return {"error": f"{path}: {exc}"}
     total = sum(s.rows for s in shards)
     return {

@@ -63,7 +63,21 @@ def _data_docs(summary: ValidationSummary, out: Path) -> Path:
 
 
 def write_results(summary: ValidationSummary, run_dir: str | Path) -> dict[str, str]:
-    """Write ``run_dir/validation.json`` and GX Data Docs under ``run_dir/data_docs/``; return their paths."""
+    """Write ``run_dir/validation.json`` and GX Data Docs under ``run_dir/data_docs/``; return their paths.
+    ``run_dir`` may be an object-store URL (``ignite_tf.runstore``): the files are made in a temporary
+    folder and copied there."""
+    from ignite_tf.runstore import RunStore, is_remote
+
+    if is_remote(run_dir):
+        import tempfile
+
+        store = RunStore(str(run_dir))
+        with tempfile.TemporaryDirectory(prefix="ignite-tf-validation-") as tmp:
+            local = write_results(summary, tmp)
+            store.put_file(local["json"], "validation.json")
+            store.put_dir(Path(tmp) / "data_docs", "data_docs")
+            index = Path(local["data_docs"]).relative_to(tmp).as_posix()
+        return {"json": store.path("validation.json"), "data_docs": store.path(index)}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     data = {**summary.to_dict(), "suite_definition": summary.suite_dict,

@@ -4,7 +4,9 @@ Does in the pod what the local supervisor does for a child process: the task's w
 contract's ``taskboot`` first on ``PYTHONPATH`` (an uncaught exception ends the task at once), the job
 folder importable, then ``exec`` of the task's command (the container's main process, so its exit status
 and signals are the pod's). A command that is not Python stays its child (``run_as_pid1``): as pid 1 it
-would ignore the pod's SIGTERM.
+would ignore the pod's SIGTERM. With an object-store run root (``IGNITE_TF_RUN_STORE``) it first fetches what
+the pod cannot see on a shared disk: the shard plan, and the code the launcher shipped (``code.zip``,
+unpacked first on ``PYTHONPATH``; see ``ignite_tf.runstore.code``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ignite_tf.contract import ENV_JOB_DIR, ENV_PROGRESS_FILE, TASKBOOT_DIR
+from ignite_tf.contract import (
+    ENV_CODE,
+    ENV_JOB_DIR,
+    ENV_PROGRESS_FILE,
+    ENV_RUN_DIR,
+    ENV_RUN_STORE,
+    ENV_SHARD_PLAN,
+    TASKBOOT_DIR,
+)
+
+
+def fetch_run(environ=None) -> str | None:
+    """From a remote run store: the shard plan to ``IGNITE_TF_SHARD_PLAN`` and the shipped code unpacked into
+    the pod's run folder; returns the code folder (for ``PYTHONPATH``), None when nothing was shipped."""
+    env = os.environ if environ is None else environ
+    if not env.get(ENV_RUN_STORE):
+        return None
+    from ignite_tf.runstore import LAYOUT, RunStore, code
+
+    store = RunStore(env[ENV_RUN_STORE])
+    if env.get(ENV_SHARD_PLAN) and not store.get_file(LAYOUT.shard_plan, env[ENV_SHARD_PLAN]):
+        sys.exit(f"the shard plan is not in the run store {store.path(LAYOUT.shard_plan)}")
+    if not env.get(ENV_CODE):
+        return None
+    return code.unpack(store, env[ENV_RUN_DIR])
 
 
 def main(argv: list[str]) -> None:
@@ -26,8 +52,10 @@ def main(argv: list[str]) -> None:
     os.chdir(cwd)
     if os.environ.get(ENV_PROGRESS_FILE):
         Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
+    shipped = fetch_run()
     job_dir = os.environ.get(ENV_JOB_DIR)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, job_dir, os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, shipped, job_dir,
+                                                              os.environ.get("PYTHONPATH")]))
     sys.stdout.flush()
     run_as_pid1(command)
 

@@ -6,9 +6,11 @@ Like the local launcher it starts a detached supervisor process — the supervis
 Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
 gets that connection, resolved here, through its environment.
 
-The run folder is shared with the pods (``kubernetes.run_volume``, default a ``hostPath`` of it), so every
-task's log, the checkpoints, the SavedModel and the TensorBoard files are where publishing reads them after
-the pods are gone; a job folder is copied into it (``<run>/job``).
+With an object-store run root (``s3://...``, ``ignite_tf.runstore``) the pods need no volume: the run lives in
+the store, where every reader finds it after the pods are gone, and the job folder and the user's modules
+reach the pods as its ``code.zip``. With a folder as run root the run folder is shared with the pods
+(``kubernetes.run_volume``, default a ``hostPath`` of it: one node, or a shared mount) and a job folder is
+copied into it (``<run>/job``).
 """
 
 from __future__ import annotations
@@ -97,8 +99,8 @@ class KubernetesLauncher(SupervisedLauncher):
     state_timeout_s = STATE_TIMEOUT_S
 
     def __init__(self, store: StateStore, conn=None, settings: KubernetesSettings | dict | None = None,
-                 on_lost=None):
-        super().__init__(store, conn, on_lost)
+                 on_lost=None, run_store_conn_id: str | None = None):
+        super().__init__(store, conn, on_lost, run_store_conn_id)
         self.settings = KubernetesSettings.parse(settings)
 
     def namespace(self) -> str:
@@ -114,7 +116,8 @@ class KubernetesLauncher(SupervisedLauncher):
         image = self.settings.image or default_image()  # before anything talks to Kubernetes
         namespace = self.namespace()
         run_dir = Path(spec.run_dir)
-        _share_job_dir(spec, run_dir)
+        if not spec.run_store:  # a run store carries the job folder in its code.zip
+            _share_job_dir(spec, run_dir)
         objects.with_pod_addresses(spec, namespace, self.settings)
         spec.folder.kubernetes.write_text(json.dumps({
             "settings": self.settings.to_dict(), "namespace": namespace, "image": image}, indent=2))

@@ -22,6 +22,8 @@ LABEL_ATTEMPT = "ignite-tf.io/attempt"
 ANNOTATION_MEMORY = "ignite-tf.io/memory-estimate"
 CONTAINER = "task"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+POD_RUN_DIR = "/tmp/ignite-tf-run"
+"""A pod's own staging folder for a run whose root is an object store (no volume: the run lives in the store)."""
 
 
 def service_name(cluster_id: str) -> str:
@@ -113,10 +115,13 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
                  node: str | None, memory: str) -> dict[str, Any]:
     """One task attempt's pod. ``restartPolicy: Never``: the supervisor, not the kubelet, decides restarts
     (whole cluster or one worker, by mode), so a failed pod stays as evidence until it is replaced."""
-    run_dir = spec.run_dir
-    run_volume = settings.run_volume or {"hostPath": {"path": run_dir, "type": "DirectoryOrCreate"}}
-    volumes = [{"name": "run", **run_volume}] + [{**v["volume"]} for v in settings.volumes]
-    mounts = [{"name": "run", "mountPath": run_dir}] + [{**v["mount"]} for v in settings.volumes]
+    volumes = [{**v["volume"]} for v in settings.volumes]
+    mounts = [{**v["mount"]} for v in settings.volumes]
+    if not spec.run_store:  # a run folder on the launching host is shared with the pods; a run store needs nothing
+        run_dir = spec.run_dir
+        run_volume = settings.run_volume or {"hostPath": {"path": run_dir, "type": "DirectoryOrCreate"}}
+        volumes.insert(0, {"name": "run", **run_volume})
+        mounts.insert(0, {"name": "run", "mountPath": run_dir})
     container = {
         "name": CONTAINER, "image": image,
         "imagePullPolicy": "Never" if image.startswith("localhost/") else "IfNotPresent",

@@ -10,12 +10,17 @@ limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubel
 behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
-Airflow task log show), so logs outlive the pods. When the supervisor ends — success, failure or stop — it
+Airflow task log show), so logs outlive the pods; with an object-store run root the supervisor copies those
+files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no volume at all: each works
+in its own staging folder (``objects.POD_RUN_DIR``), fetches the shard plan and the shipped code from the store
+(``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
+(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the supervisor ends — success, failure or stop — it
 deletes the owner, which garbage-collects everything, and waits until nothing of the cluster is left.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -34,7 +39,9 @@ from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.loop import Backend, SetupError, Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
-from ignite_tf.contract import ENV_JOB_DIR, ENV_STATE_STORE, STORE_ENV
+from ignite_tf.contract import ENV_JOB_DIR, ENV_RUN_STORE_PROGRESS, ENV_STATE_STORE, STORE_ENV
+from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
+from ignite_tf.runstore.credentials import environment_credentials
 
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
@@ -101,7 +108,7 @@ class PodBackend(Backend):
         self._create_owner()
         meta = {"metadata": {"name": self.owner["name"], "uid": self.owner["uid"]}}
         self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
-            self.spec, self.settings, self._secret_env(), meta))
+            self.spec, self.settings, self.secret_env(), meta))
         self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings, meta))
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
@@ -135,13 +142,43 @@ class PodBackend(Backend):
             self._wait_gone()
         raise RuntimeError(f"could not create ConfigMap {self.spec.cluster_id} in namespace {self.namespace}")
 
-    def _secret_env(self) -> dict[str, str]:
+    def secret_env(self) -> dict[str, str]:
+        """What the cluster's Secret holds (every pod gets it through ``envFrom``): the Ignite connection, the
+        user's passed variables and, for an object-store run root, the store's credentials."""
         from ignite_tf.connection import IgniteConnectionConfig
 
         conn = IgniteConnectionConfig.from_env(os.environ)
         env = conn.to_env() if conn else {}
         env.update({n: os.environ[n] for n in self.spec.pass_env if n in os.environ})
+        if self.spec.run_store:  # the launcher gave them to us through our environment
+            env.update(environment_credentials())
         return env
+
+    @cached_property
+    def pod_spec(self) -> ClusterSpec:
+        """The spec as a pod sees it: with an object-store run root, its paths in the pod's own staging folder
+        (the plan and the code are fetched there by the pod's first process)."""
+        if not self.spec.run_store:
+            return self.spec
+        folder = RunFolder(Path(objects.POD_RUN_DIR) / self.spec.cluster_id)
+        job = dict(self.spec.job)
+        if job.get("job_dir"):
+            job["job_dir"] = str(folder.code)  # the job folder was shipped in code.zip
+        return dataclasses.replace(self.spec, run_dir=str(folder.path), job=job,
+                                   shard_plan_path=str(folder.shard_plan) if self.spec.shard_plan_path else None)
+
+    @cached_property
+    def run_store(self) -> RunStore | None:
+        return RunStore(self.spec.run_store) if self.spec.run_store else None
+
+    def progress(self, task: ClusterTask) -> dict[str, Any] | None:
+        """A pod's progress report: from the run store when the pods share no folder with us."""
+        if self.run_store is None:
+            return super().progress(task)
+        try:
+            return self.run_store.read_json(LAYOUT.progress(task.name))
+        except Exception:  # noqa: BLE001 - not there yet, or a store hiccup: no report this round
+            return None
 
     def _plan(self):
         if not self.spec.shard_plan_path:
@@ -222,24 +259,29 @@ class PodBackend(Backend):
                                     self.settings.placement)
         plan.placement = result
         plan.save(self.spec.shard_plan_path)
+        if self.run_store is not None:
+            self.run_store.put_file(self.spec.shard_plan_path, LAYOUT.shard_plan)
         self.placement_done = True
         self.event(placement.describe(result))
 
     def start(self, task: ClusterTask, attempt: int) -> int:
         n = self.attempts.get(task.name, -1) + 1
         self.attempts[task.name] = n
-        env = self.spec.task_env(task, attempt)
+        spec = self.pod_spec
+        env = spec.task_env(task, attempt)
         # The runtime reports epochs to the same state store (its connection comes from the Secret).
         env.update({k: os.environ[k] for k in STORE_ENV if k in os.environ})
-        if self.spec.job.get("job_dir"):
-            env[ENV_JOB_DIR] = self.spec.job["job_dir"]
+        if spec.job.get("job_dir"):
+            env[ENV_JOB_DIR] = spec.job["job_dir"]
+        if spec.run_store:
+            env[ENV_RUN_STORE_PROGRESS] = "1"
         node = None
         if task.role is Role.WORKER and task.index < len(self.wanted):
             node = self.wanted[task.index]
         body = objects.pod_manifest(
-            self.spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
-            owner={"metadata": self.owner}, argv=self.command_for(self.spec, task),
-            cwd=task_cwd(self.spec, task), env=env, node=node, memory=self.memory)
+            spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
+            owner={"metadata": self.owner}, argv=self.command_for(spec, task),
+            cwd=task_cwd(spec, task), env=env, node=node, memory=self.memory)
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
         return 0

@@ -27,6 +27,8 @@ from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
 from ignite_tf.contract import read_progress
+from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.runstore.mirror import Mirror
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
@@ -100,7 +102,7 @@ class Supervisor:
         self.attempt = 0
         self.attempt_started = time.monotonic()
         self.state = ClusterState(
-            cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_dir,
+            cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_location,
             tasks=[TaskState(t.role.value, t.index, t.host, t.port, log=spec.log_path(t)) for t in spec.tasks],
             supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
             labels=dict(spec.labels), launcher=backend.launcher_info(),
@@ -108,6 +110,14 @@ class Supervisor:
         self._last_put = 0.0
         self._last_store_poll = 0.0
         self._last_watch = 0.0
+        # Every task's log (and ours) copied to an object-store run root while it grows; nothing for a folder.
+        self.mirror = Mirror(RunStore(spec.run_store), spec.run_dir, (str(LAYOUT.logs),)) if spec.run_store else None
+
+    def publish_logs(self) -> None:
+        """Copy the logs to the run store now: before a final state is recorded, so that whoever sees the
+        end (``attach``, the trigger) reads the whole output."""
+        if self.mirror is not None:
+            self.mirror.flush()
 
     # -- records -------------------------------------------------------------------------------------------
     def tstate(self, task: ClusterTask | str) -> TaskState:
@@ -194,6 +204,7 @@ class Supervisor:
         self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
         self.state.finished_at = time.time()
         self.event(f"cluster {self.spec.cluster_id} {status.value}: {reason}")
+        self.publish_logs()
         self.save(force=True)
         return code
 
@@ -202,6 +213,8 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
+        if self.mirror is not None:
+            self.mirror.start()
         try:
             self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
             try:
@@ -221,10 +234,13 @@ class Supervisor:
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
             self.state.reason = f"supervisor error: {exc!r}"
             self.state.finished_at = time.time()
+            self.publish_logs()
             self.save(force=True)
             raise
         finally:
             self.backend.close()
+            if self.mirror is not None:
+                self.mirror.stop()
             self.save(force=True)
 
     def step(self) -> ExitCode | None:
@@ -307,6 +323,7 @@ class Supervisor:
         self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
         self.state.reason, self.state.finished_at = reason, time.time()
         self.event(reason)
+        self.publish_logs()
         self.save(force=True)
         return ExitCode.INTERNAL_ERROR
 

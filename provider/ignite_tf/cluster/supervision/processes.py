@@ -39,6 +39,8 @@ from ignite_tf.cluster.supervision.loop import Backend, Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
 from ignite_tf.contract import ENV_STATE_STORE, TASKBOOT_DIR
 from ignite_tf.ports import listening
+from ignite_tf.runstore import RunStore, code
+from ignite_tf.runstore.credentials import CREDENTIAL_NAMES
 
 MODULE = "ignite_tf.cluster.supervision.processes"  # ``python -m`` this: the local supervisor
 
@@ -57,7 +59,9 @@ class ProcessBackend(Backend):
         self.forkserver = server
 
     def task_env(self, task: ClusterTask, attempt: int = 0) -> dict[str, str]:
-        env = minimal_env(os.environ, self.spec.pass_env)
+        # A task of an object-store run copies its backup, model and events there: it gets the store's variables.
+        names = [*self.spec.pass_env, *(CREDENTIAL_NAMES if self.spec.run_store else ())]
+        env = minimal_env(os.environ, names)
         env.update(self.spec.task_env(task, attempt))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, env.get("PYTHONPATH")]))
         return with_bytecode_cache(env)
@@ -163,11 +167,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def with_job_dir(spec: ClusterSpec) -> ClusterSpec:
-    """User scripts import their own modules from the job directory."""
+    """User scripts import their own modules from the job directory, and every task the code the launcher
+    shipped (``ignite_tf.runstore.code``: unpacked into the run folder's ``code/``, first on ``PYTHONPATH``;
+    set before the fork server starts, so forked tasks have it on ``sys.path`` too)."""
     job_dir = spec.job.get("job_dir")
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if job_dir and job_dir not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [job_dir, *paths]))
+    if spec.job.get("shipped"):
+        code.on_path(code.unpack(RunStore(spec.run_location), spec.run_dir))
     return spec
 
 
