@@ -1,6 +1,6 @@
 """RunStore: where one run lives — a local folder, or a prefix in object storage — read and written through fsspec.
 
-A run root is a folder (``~/.cache/ignite-tf/runs``, the default) or an object-store URL
+A run root is a folder (``runs`` in the ignite-tf home, the default) or an object-store URL
 (``s3://bucket/prefix``; ``gs://`` where gcsfs is installed). A run's objects keep the layout of
 ``RunFolder`` (``cluster.json``, ``shard_plan.json``, ``logs/<task>.log``, ``checkpoints/``...), relative to
 the run's URL. For a local root the run folder *is* the store and nothing is copied; for a remote root every
