@@ -52,6 +52,10 @@ def k8s_cluster():
         local_k8s.down(layout)
     before = None if preexisting else local_k8s_host.snapshot()
     kubeconfig = local_k8s.up(3, layout)
+    if preexisting:  # started from another checkout: this one's task image (its provider layer) may be missing
+        from ignite_tf_dev.k8s import images
+
+        images.import_images(layout, prune=False)
     cluster = LocalK8s(layout, str(kubeconfig), local_k8s.api_client(layout))
     yield cluster
     cluster.api.close()

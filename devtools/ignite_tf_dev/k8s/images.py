@@ -218,7 +218,7 @@ def _ignite_layer(root: Path, dest: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def ensure_image_files(layout: Layout, task_only: bool = False) -> None:
+def ensure_image_files(layout: Layout, task_only: bool = False, prune: bool = True) -> None:
     """Make the missing layer tars (the base layer: about 10 minutes; the others: seconds). ``task_only``:
     the task image's two layers only (they need no Kubernetes binaries)."""
     layout.images.mkdir(parents=True, exist_ok=True)
@@ -230,7 +230,7 @@ def ensure_image_files(layout: Layout, task_only: bool = False) -> None:
         if not paths[name].exists():
             make(paths[name].with_suffix(".rootfs"), paths[name])
             for old in layout.images.glob(f"{name}-*.tar"):
-                if old != paths[name]:
+                if prune and old != paths[name]:
                     old.unlink()
                     old.with_suffix(".sha256").unlink(missing_ok=True)
     for what, src in (("base", LOCK), ("provider", PROJECT_DIR)):
@@ -246,7 +246,7 @@ def ensure_image_files(layout: Layout, task_only: bool = False) -> None:
         _tar_layer(rootfs, paths[what])
         subprocess.run(["rm", "-rf", "--one-file-system", str(rootfs)], check=False)
         for old in layout.images.glob(f"{what}-*.tar"):  # layers of an older lock or provider
-            if old != paths[what]:
+            if prune and old != paths[what]:
                 old.unlink()
                 old.with_suffix(".sha256").unlink(missing_ok=True)
 
@@ -309,10 +309,11 @@ def images_present(layout: Layout) -> list[str]:
     return ctr(layout.containerd_sock, "-n", NAMESPACE, "images", "ls", "-q").stdout.split()
 
 
-def import_images(layout: Layout) -> None:
+def import_images(layout: Layout, prune: bool = True) -> None:
     """Import the images into the running containerd unless they are there already (an Ignite image of
-    another JRE or jars, and older task images, are removed)."""
-    ensure_image_files(layout)
+    another JRE or jars, and older task images, are removed unless ``prune`` is False: a running cluster
+    shared by checkouts of other sources keeps theirs)."""
+    ensure_image_files(layout, prune=prune)
     wanted = image_layers(layout)
     present = images_present(layout)
     for ref, (layers, env, cmd) in wanted.items():
@@ -327,6 +328,6 @@ def import_images(layout: Layout) -> None:
         out = proc.stdout.read().decode(errors="replace")
         if proc.wait() != 0:
             raise IgniteTFError(f"`ctr images import` of {ref} failed:\n{out[-2000:]}")
-    for ref in present:  # older task images: free their layers
+    for ref in present if prune else []:  # older task images: free their layers
         if ref.startswith((f"{TASK_REPO}:", f"{IGNITE_REPO}:")) and ref not in wanted:
             ctr(layout.containerd_sock, "-n", NAMESPACE, "images", "rm", "--sync", ref)
