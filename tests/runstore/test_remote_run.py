@@ -109,6 +109,8 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
     # The backup outlives the success (runtime.stopping): a late restart finds the training complete.
     assert f"{run}/{LAYOUT.backup.as_posix()}/attempt" in objects, sorted(objects)
     assert "epoch 3/3" in chief_log and "model copied to" in chief_log and "succeeded" in chief_log
+    # Among the final lines: the locality the workers measured (every Ignite node is on this host).
+    assert "measured locality: 100.0% of " in chief_log and "on the same host" in chief_log, chief_log[-2000:]
     # Credentials in no object of the run (spec, logs, plan) and not in the recorded state.
     assert not [k for k, v in objects.items() if secret.encode() in v]
     assert secret not in json.dumps(launcher.status(cid).to_dict())
@@ -214,3 +216,52 @@ def test_pods_of_a_remote_run_mount_nothing_and_carry_no_secret(tmp_path, monkey
     backend2.owner = {"name": "podlocal", "uid": "uid-2"}
     backend2.start(local.tasks[0], 0)
     assert core2.created[0][1]["spec"]["volumes"][0]["hostPath"]["path"] == str(tmp_path / "runs" / "x")
+
+
+class WithPods(Recorder):
+    """The recorder, also listing pods: Ignite's (by the selector) and the cluster's own, each on a node."""
+
+    def __init__(self, ignite_pods: dict[str, str], worker_nodes: list[str]):
+        super().__init__()
+        self.ignite_pods, self.worker_nodes = ignite_pods, worker_nodes
+
+    def list_namespaced_pod(self, namespace, label_selector=""):
+        from types import SimpleNamespace as NS
+
+        def pod(name, node, ip=None):
+            return NS(metadata=NS(name=name, deletion_timestamp=None), spec=NS(node_name=node, hostname=None),
+                      status=NS(pod_ip=ip, container_statuses=None))
+        if label_selector == "app=ignite":
+            return NS(items=[pod(cid, node, f"10.9.0.{i}") for i, (cid, node) in enumerate(self.ignite_pods.items())])
+        made = [body["metadata"]["name"] for name, body in self.created if name == "create_namespaced_pod"]
+        return NS(items=[pod(name, node) for name, node in zip(made, self.worker_nodes, strict=False)])
+
+
+def test_ignite_nodes_are_recorded_for_measured_locality_with_placement_none(cache, ignite_conn, tmp_path):
+    """``placement: none`` sets no affinity, yet the shard plan records where Ignite's pods run, so that the
+    workers' measured locality is known (before, only ``required``/``preferred`` recorded it)."""
+    from ignite_tf.cluster.k8s.pods import PodBackend
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import build_spec
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+
+    pm = PartitionMap.discover(ignite_conn, cache)
+    ids = sorted(n.consistent_id for n in pm.nodes.values())
+    where = dict(zip(ids, ["kn-a", "kn-b"], strict=False))
+    plan_path = tmp_path / "run" / "shard_plan.json"
+    plan_path.parent.mkdir()
+    ShardPlan.build(pm, 2).save(plan_path)
+    spec = build_spec(cluster_id="podnone", cache=cache, mode="sync", workers=2, run_dir=tmp_path / "run",
+                      job={"command": ["python", "train.py"]}, shard_plan_path=str(plan_path))
+    core = WithPods(where, ["kn-b", "kn-a"])
+    settings = KubernetesSettings.parse({"placement": "none", "ignite_selector": "app=ignite", "model_params": 1000})
+    backend = PodBackend(spec, settings, "ns", "img:1", core=core)
+    backend.prepare()
+    for task in spec.tasks:
+        backend.start(task, 0)
+    assert all("affinity" not in body["spec"] for name, body in core.created if name == "create_namespaced_pod")
+    backend.refresh()
+    recorded = ShardPlan.load(plan_path).placement
+    assert recorded["mode"] == "none" and recorded["ignite_nodes"] == where
+    assert [w["node"] for w in recorded["workers"]] == ["kn-b", "kn-a"]

@@ -131,3 +131,36 @@ def test_an_aws_connection_reaches_the_store_and_the_supervisor_but_nothing_writ
     local = build_spec(cluster_id="conn2", cache="c", mode="sync", workers=1, run_dir=tmp_path / "runs" / "conn2",
                        job={"entry_point": "m:f"})
     assert "AWS_SECRET_ACCESS_KEY" not in launcher.supervisor_env(local, environ={"PATH": "/usr/bin"})
+
+
+def test_the_sensor_reads_a_failed_remote_runs_tail_with_its_connection(s3_bucket, object_store, tmp_path,
+                                                                          monkeypatch):
+    """The TFClusterSensor, like the operator and the trigger, reads an object-store run with the ``aws``
+    connection's credentials (the worker's environment has none)."""
+    import json
+
+    import pytest
+    from airflow.sdk.exceptions import AirflowException
+
+    from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
+    from ignite_tf.contract import ENV_STATE_DIR
+    from ignite_tf.sensors.tf_cluster import TFClusterSensor
+
+    creds = object_store.env()
+    url = f"s3://{s3_bucket}/runs/sensed"
+    RunStore(url).write_text(LAYOUT.log("worker-0"), "epoch 1\nworker-0 failing on purpose\n")
+    for name in creds:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_RUNS_S3", json.dumps({
+        "conn_type": "aws", "login": creds["AWS_ACCESS_KEY_ID"], "password": creds["AWS_SECRET_ACCESS_KEY"],
+        "extra": {"endpoint_url": creds["AWS_ENDPOINT_URL"], "region_name": "us-east-1"}}))
+    monkeypatch.setenv(ENV_STATE_DIR, str(tmp_path / "state"))
+    LocalStateStore(tmp_path / "state").put(ClusterState(
+        cluster_id="sensed", cache="c", mode="sync", run_dir=url, status=Status.FAILED, exit_code=3,
+        reason="worker-0 exited with status 3", chief_log=str(tmp_path / "logs" / "worker-0.log")))
+
+    sensor = TFClusterSensor(task_id="watch", cluster_id="sensed", ignite_conn_id=None, deferrable=False,
+                             run_store_conn_id="runs_s3")
+    with pytest.raises(AirflowException, match="exited with status 3") as failed:
+        sensor.poke({})
+    assert "worker-0 failing on purpose" in str(failed.value)

@@ -20,16 +20,19 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     :param ignite_conn_id: connection whose Ignite holds the cluster state.
     :param deferrable: wait in the triggerer (default).
     :param poll_interval: seconds between state polls (also the ``poke_interval`` when not deferred).
+    :param run_store_conn_id: the ``aws`` connection of an object-store run root: the chief's last lines of a
+        failed cluster are read there with its credentials (None: the environment's, as for the operators).
     """
 
     template_fields: Sequence[str] = ("cluster_id",)
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str = DEFAULT_CONN_ID, deferrable: bool = True,
-                 poll_interval: float = DEFAULT_POLL_INTERVAL, **kwargs):
+                 poll_interval: float = DEFAULT_POLL_INTERVAL, run_store_conn_id: str | None = None, **kwargs):
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(**kwargs)
         self.cluster_id, self.ignite_conn_id = cluster_id, ignite_conn_id
         self.deferrable, self.poll_interval = deferrable, poll_interval
+        self.run_store_conn_id = run_store_conn_id
 
     def execute(self, context) -> Any:
         if not self.deferrable:
@@ -37,7 +40,8 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
         from ignite_tf.triggers.tf_cluster import TFClusterTrigger
 
         self.defer(trigger=TFClusterTrigger(cluster_id=self.cluster_id, ignite_conn_id=self.ignite_conn_id,
-                                            poll_interval=self.poll_interval),
+                                            poll_interval=self.poll_interval,
+                                            run_store_conn_id=self.run_store_conn_id),
                    method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def poke(self, context) -> Any:
@@ -45,7 +49,7 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
 
         from ignite_tf.triggers.cluster_events import event_for, launcher_for
 
-        launcher = launcher_for(self.ignite_conn_id, None)
+        launcher = launcher_for(self.ignite_conn_id, None, self.run_store_conn_id)
         state, alive = launcher.settled(self.cluster_id)
         if not alive:
             return PokeReturnValue(True, self.execute_complete(context, event_for(state, launcher)))

@@ -56,7 +56,8 @@ def charts(epochs: list[dict[str, Any]]) -> list[str]:
 
 def plan_summary(run_dir: str) -> dict[str, Any] | None:
     """Rows per worker and locality of the cluster's shard plan (epoch 0), from where its run lives (a run
-    folder, or an object-store URL: ``ignite_tf.runstore``)."""
+    folder, or an object-store URL: ``ignite_tf.runstore``). A store is read with this process's environment
+    (the API server's ``AWS_*`` variables or role): the page does not know the DAG's ``run_store_conn_id``."""
     from ignite_tf.plan.shards import ShardPlan
 
     store = RunStore(run_dir)

@@ -78,9 +78,12 @@ class PodBackend(Backend):
         self.followers: dict[str, threading.Thread] = {}
         self.owner: dict[str, Any] | None = None
         self.wanted: list[str | None] = []
+        self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
         self.memory = ""
         self.memory_estimate = ""
-        self.placement_done = settings.placement is Placement.NONE
+        # Placement is recorded once the workers are scheduled: for the affinity's result, and with any
+        # placement where Ignite's pods are known, for the map that measured locality needs (ignite_nodes).
+        self.placement_done = settings.placement is Placement.NONE and not settings.ignite_selector
         self._owner_checked = 0.0
         self.cleaned = False
         if core is not None:
@@ -119,10 +122,18 @@ class PodBackend(Backend):
         if given["limits"]["memory"] != est.quantity() or given["requests"]["memory"] != est.quantity():
             self.event(f"memory set by kubernetes.resources: request {given['requests']['memory']}, limit "
                        f"{given['limits']['memory']} (estimate {est.quantity()})")
-        if plan is not None and self.settings.placement is not Placement.NONE:
-            hosts = placement.ignite_node_hosts(self.core, list(plan.partition_map.nodes.values()), self.settings,
-                                                self.namespace)
-            self.wanted = placement.wanted_nodes(plan, hosts)
+        if plan is not None and not self.placement_done:
+            try:
+                hosts = placement.ignite_node_hosts(self.core, list(plan.partition_map.nodes.values()),
+                                                    self.settings, self.namespace)
+            except Exception as exc:  # noqa: BLE001 - without placement the map only serves the measurement
+                if self.settings.placement is not Placement.NONE:
+                    raise
+                self.event(f"Ignite pods ({self.settings.ignite_selector}) not listed: {_short(exc)}; "
+                           "measured locality is unknown")
+                hosts = {}
+            # With placement none this is where the data is, not where the workers are sent (no affinity).
+            self.wanted, self.ignite_nodes = placement.wanted_nodes(plan, hosts), hosts
             self.event(f"placement {self.settings.placement.value}: Ignite nodes on Kubernetes nodes "
                        + (", ".join(f"{k} -> {v}" for k, v in sorted(hosts.items())) or "(none found)"))
 
@@ -256,7 +267,7 @@ class PodBackend(Backend):
             self.placement_done = True
             return
         result = placement.achieved(plan, self.wanted or [None] * len(workers), [a.node_name for a in actual],
-                                    self.settings.placement)
+                                    self.settings.placement, self.ignite_nodes)
         plan.placement = result
         plan.save(self.spec.shard_plan_path)
         if self.run_store is not None:

@@ -57,8 +57,10 @@ class KubernetesSettings:
     :param ignite_selector: label selector of Ignite's pods in this cluster (``app=ignite``); without it,
         Ignite nodes are matched to Kubernetes nodes by host address and the ``ignite-tf.io/host`` label.
     :param ignite_namespace: namespace of Ignite's pods (default: ``namespace``).
-    :param run_volume: the volume holding the run folder (logs, checkpoints, SavedModel, TensorBoard),
-        mounted at the run folder's own path; default a ``hostPath`` of it (one node, or a shared mount).
+    :param run_volume: only for a folder as run root: the volume holding the run folder (logs, checkpoints,
+        SavedModel, TensorBoard), mounted at its own path, shared by every node and Airflow (a ReadWriteMany
+        claim); default a ``hostPath`` of it, which works on the launching host's node only. With an
+        object-store run root (``s3://...``) the pods mount nothing and this is not used.
     :param host_network: tasks use the node's network (for Ignite reachable on the node only, as locally).
     :param dns: TF_CONFIG names the pods by their headless Service's DNS names; False (a cluster without a
         DNS add-on, like the local one) makes every task name resolve to 127.0.0.1 (host network, one node).

@@ -203,10 +203,31 @@ class Supervisor:
         self.backend.release()
         self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
         self.state.finished_at = time.time()
+        self.report_locality()
         self.event(f"cluster {self.spec.cluster_id} {status.value}: {reason}")
         self.publish_logs()
         self.save(force=True)
         return code
+
+    def report_locality(self) -> None:
+        """Among the final lines: what the workers measured of their reads over the whole training (rows from
+        an Ignite node on their own host, or Kubernetes node), beside the share the shard plan planned."""
+        from ignite_tf.reader.locality import combine, describe
+
+        try:
+            total = combine(*self.store.reads(self.spec.cluster_id))
+            if total is None:
+                return  # nothing read through ignite_tf's reader (a script of its own)
+            planned = None
+            if self.spec.shard_plan_path and Path(self.spec.shard_plan_path).is_file():
+                from ignite_tf.plan.shards import ShardPlan
+
+                plan = ShardPlan.load(self.spec.shard_plan_path)
+                planned = (plan.placement or {}).get("locality", plan.planned_locality(0))
+        except Exception as exc:  # noqa: BLE001 - a report must not change how the cluster ends
+            self.event(f"measured locality not read: {str(exc)[:200]}")
+            return
+        self.event(f"measured locality: {describe(total, planned)}")
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> ExitCode:
