@@ -27,7 +27,6 @@ WHOLE = {
                       "already live in reader/",
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
-    "ignite_tf.runtime.train": "what one task of a cluster runs, from its command line to the saved model",
     "ignite_tf.cluster.k8s.pods": "one class, PodBackend: the cluster's Kubernetes objects, its pods' start, "
                                   "observation, logs and deletion, and the pod supervisor's entry point",
 }

@@ -151,7 +151,7 @@ def test_shipped_code_imports_in_a_task_that_does_not_have_the_folder(s3_bucket,
     assert str(team) not in env.get("PYTHONPATH", "") and str(team) not in out.stdout
 
     # What was not shipped fails with a message naming what was, and how to ship the rest.
-    from ignite_tf.runtime.train import load_entry_point
+    from ignite_tf.runtime.model import load_entry_point
 
     monkeypatch.setenv(ENV_CODE, ", ".join(shipped))
     with pytest.raises(ConfigError, match=r"shipped to the tasks: team_model.py, teamlib/, extra/\*.*py_modules"):

@@ -187,7 +187,8 @@ def test_task_roles_from_tf_config():
 
 
 def test_entry_point_errors_say_what_to_do():
-    from ignite_tf.runtime.train import load_entry_point, main
+    from ignite_tf.runtime.model import load_entry_point
+    from ignite_tf.runtime.train import main
 
     assert load_entry_point("ignite_tf.models:tabular_classifier").__name__ == "tabular_classifier"
     with pytest.raises(ConfigError, match="must look like 'package.module:function'"):

@@ -12,7 +12,7 @@ The launcher starts each task as ``python -m ignite_tf.runtime --entry-point mod
 inside ``strategy.scope()``), trains it with ``BackupAndRestore`` (a restarted cluster resumes at the last
 finished epoch) and a callback (``ignite_tf.runtime.report``) that, on the chief, prints one line per epoch,
 reports it to the cluster state and writes it as TensorBoard scalars; then saves the model as a SavedModel in
-``<checkpoint_dir>/model``.
+``<checkpoint_dir>/model`` (the entry point and the SavedModel: ``ignite_tf.runtime.model``).
 
 TensorFlow is imported inside functions only (``TF_USE_LEGACY_KERAS=1`` is set first: with Keras 3,
 ``fit`` under MultiWorkerMirroredStrategy fails).
@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import importlib
-import inspect
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -41,11 +38,10 @@ from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping, timeline
+from ignite_tf.runtime.model import build_model, load_entry_point, model_in_scope, save_model, saved_metrics
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
-
-MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
 
 
 def strategy(mode: Mode | str | None = None):
@@ -106,47 +102,6 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
     if join:
         server.join()
     return server
-
-
-def load_entry_point(entry_point: str):
-    """``"package.module:function"`` -> the function."""
-    module_name, _, attr = str(entry_point).partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"entry point {entry_point!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        from ignite_tf.runstore.code import import_hint
-
-        raise ConfigError(f"entry point {entry_point!r}: cannot import {module_name!r} ({exc}); "
-                          f"{import_hint(module_name)}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"entry point {entry_point!r}: {module_name} has no function {attr!r}")
-    return fn
-
-
-def _accepts(fn, name: str) -> bool:
-    params = inspect.signature(fn).parameters
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def build_model(fn, offered: dict[str, Any]):
-    """Call the model function with the keyword arguments it accepts, check it returns a compiled model."""
-    import tf_keras
-
-    kwargs = {k: v for k, v in offered.items() if v is not None and _accepts(fn, k)}
-    model = fn(**kwargs)
-    name = getattr(fn, "__qualname__", fn)
-    if not isinstance(model, tf_keras.Model):
-        raise ConfigError(f"model function {name} returned {type(model).__name__}, not a tf_keras Model: build "
-                          f"it with tf_keras (or tf.keras under TF_USE_LEGACY_KERAS=1)")
-    if model.optimizer is None:
-        raise ConfigError(f"model function {name} returned a model that is not compiled: call model.compile("
-                          f"optimizer=..., loss=..., metrics=[...]) before returning it")
-    if not model.built and offered.get("n_features"):
-        model.build((None, offered["n_features"]))
-    return model
 
 
 def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
@@ -229,7 +184,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(strat, info),
                                       epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
-    model = _model(fn, strat, classes, offered)  # adds n_classes to offered
+    model = model_in_scope(fn, strat, classes, offered)  # adds n_classes to offered
     data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
                     label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
                     start_step=start_step, shuffle_buffer=shuffle_buffer)
@@ -245,7 +200,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     model_info = {
         "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
         "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
-        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last or _saved_metrics(ckpt),
+        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last or saved_metrics(ckpt),
         "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
     model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
                                  save=lambda m: save_model(m, ckpt, info, model_info))
@@ -318,15 +273,6 @@ def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
     return label_classes(plan, label, label_dtype)
 
 
-def _model(fn, strat, classes, offered: dict[str, Any]):
-    """The model function's compiled model, built in the strategy's scope; ``n_classes`` from the label
-    (``classes``: a future of ``label_classes``) unless the model arguments give it."""
-    if "n_classes" not in offered and _accepts(fn, "n_classes"):
-        offered["n_classes"] = classes.result()
-    with strat.scope():
-        return build_model(fn, offered)
-
-
 def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_epoch: int | None,
            checkpoint_every_steps: int | None) -> tuple[int, int, bool]:
     """(steps per epoch, examples per step, whether backups are per step) of this task's ``fit``."""
@@ -352,14 +298,6 @@ def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: T
     return start_epoch, start_step
 
 
-def _saved_metrics(checkpoint_dir: Path) -> dict[str, Any]:
-    """The metrics of the model an earlier attempt saved (a restart that had nothing left to train)."""
-    try:
-        return json.loads((checkpoint_dir / RunFolder.MODEL / MODEL_INFO).read_text()).get("metrics") or {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: str, features: list[str],
              label_dtype, epochs: int, steps: int, start_epoch: int, start_step: int, shuffle_buffer: int):
     """What ``fit`` reads: the async chief the workers' feeds, every other trainer its own shard."""
@@ -373,34 +311,6 @@ def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: s
         plan=plan, batch_size=batch_size, label=label, features=features, epochs=epochs, steps=steps,
         start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
         input_context=ctx if info.type else None))
-
-
-def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: dict[str, Any]) -> str | None:
-    """Save the model as ``<checkpoint_dir>/model`` (SavedModel, with ``ignite_tf_model.json`` inside).
-
-    Under MultiWorkerMirroredStrategy saving is collective: every worker must call it, so the others
-    save to a temporary directory and delete it. The chief writes to a temporary name and renames, so a
-    reader never sees half a model.
-    """
-    started = time.monotonic()
-    ckpt = Path(checkpoint_dir)
-    ckpt.mkdir(parents=True, exist_ok=True)
-    final = ckpt / RunFolder.MODEL
-    if not info.is_chief:
-        tmp = ckpt / f".model-{info.type}-{info.index}-{os.getpid()}"
-        model.save(str(tmp), save_format="tf")
-        shutil.rmtree(tmp, ignore_errors=True)
-        return None
-    tmp = ckpt / f".model-tmp-{os.getpid()}"
-    model.save(str(tmp), save_format="tf", **ending.save_options(model))
-    (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
-    old = ckpt / f".model-old-{os.getpid()}"
-    if final.exists():
-        final.replace(old)
-    tmp.replace(final)
-    shutil.rmtree(old, ignore_errors=True)
-    _log(f"model saved to {final} in {time.monotonic() - started:.1f}s", info)
-    return str(final)
 
 
 def _log(message: str, info: TaskInfo | None = None) -> None:
