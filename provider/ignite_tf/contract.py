@@ -181,6 +181,10 @@ class _Stop:
 
     on_stop = None
     requested = threading.Event()
+    # The signal handler (main thread) and the watcher thread both note the stop, and either may end the
+    # process right after: whichever notes it second waits until the first has written the line. Reentrant:
+    # a second SIGTERM may run the handler again inside the first.
+    noting = threading.RLock()
     pid = 0  # the process whose watcher thread runs
     wake_fd = -1
 
@@ -250,9 +254,10 @@ def _watch(read: int) -> None:
 
 
 def _note_stop() -> None:
-    if not _Stop.requested.is_set():
-        _Stop.requested.set()
-        print(f"stop: SIGTERM at {time.time():.3f}", file=sys.stderr, flush=True)
+    with _Stop.noting:
+        if not _Stop.requested.is_set():
+            print(f"stop: SIGTERM at {time.time():.3f}", file=sys.stderr, flush=True)
+            _Stop.requested.set()
 
 
 def _end_stopped() -> None:
