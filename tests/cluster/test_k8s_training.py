@@ -101,7 +101,7 @@ TOPOLOGY = {"async": ({"workers": 1, "ps": 1}, ["chief", "ps", "worker"]),
 
 
 @pytest.mark.parametrize("mode", sorted(TOPOLOGY))
-def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, caplog, mode):
+def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, capfd, mode):
     """A team's YAML pipeline (`launcher: kubernetes`, no other Kubernetes setting; `entry_point:
     team_model:build` from the team's own folder, not installed) run with dag.test(): load, plan, validate,
     the training's pods on the real node reading from the Ignite pods, the run on the object store, the
@@ -146,15 +146,16 @@ def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, caplog, mod
     module_spec.loader.exec_module(module)
     dag = getattr(module, dag_id)
     started = time.monotonic()
-    with caplog.at_level("INFO"):
-        run = dag.test()
+    run = dag.test()
+    # dag.test() runs each task, and the trigger it defers to, in this process: their log is this output.
+    task_log = capfd.readouterr().out
     print(f"{mode}: dag run {time.monotonic() - started:.0f}s")
     states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
     assert run.state == "success", states
 
-    training_ti = next(ti for ti in run.get_task_instances() if ti.task_id.endswith("train"))
-    task_log = _task_log(training_ti, caplog)
-    assert "epoch 2/2" in task_log and "team_model.build" in task_log, task_log[-3000:]
+    trigger_lines = [line for line in task_log.splitlines() if "TFClusterTrigger" in line]
+    assert any("epoch 2/2" in line for line in trigger_lines), task_log[-3000:]
+    assert any("team_model.build" in line for line in trigger_lines), task_log[-3000:]
 
     cluster_id = next(s.cluster_id for s in make_launcher(conn).store.list() if s.labels.get("dag_id") == dag_id)
     state = make_launcher(conn).status(cluster_id)
@@ -173,20 +174,6 @@ def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, caplog, mod
     predicted = _predict(tmp_path / "registry" / f"k8s_{mode}" / version / "saved_model", _feature_rows(5))
     assert len(predicted) == 5 and all(p >= 0 for p in predicted)
     assert_nothing_left(cluster_id, k8s=(core, ns))
-
-
-def _task_log(ti, caplog) -> str:
-    """The training task's log: what Airflow's log reader has for the task instance, and what its loggers
-    (the trigger's included) emitted in this process, which is where dag.test() runs them."""
-    text = ""
-    try:
-        from airflow.utils.log.log_reader import TaskLogReader
-
-        chunks, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, {"download_logs": True})
-        text = "\n".join(str(c) for c in chunks)
-    except Exception as exc:  # noqa: BLE001 - shown if the assertion fails
-        text = f"(log reader: {exc})"
-    return text + "\n" + caplog.text
 
 
 def _cli(args: list[str], *, env: dict, cwd: Path, **kw) -> subprocess.Popen:
