@@ -365,8 +365,8 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
     finally:
         try:
             if launcher is not None and cid is not None:
-                # kwok serves no pod logs: the supervisor's last read of each of the 64 logs waits for its
-                # timeout (a real pod's log is there), hence the long limit.
+                # About 60 s here: the supervisor's log streams of the 64 kwok pods (which serve no logs) end
+                # only with their read timeout, and the stop completes after them; hence the long limit.
                 stopping = time.monotonic()
                 launcher.stop(cid, timeout=300)
                 print(f"64 workers: stop {time.monotonic() - stopping:.1f}s")

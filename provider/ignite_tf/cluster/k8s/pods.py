@@ -203,11 +203,8 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
-            # One 5 s allowance for all the log followers together, not 5 s each in turn: a follower whose
-            # pod's log cannot be read (a node that does not answer, kwok's) waited 60 s with 64 pods.
-            deadline = time.monotonic() + 5
             for t in self.followers.values():
-                t.join(timeout=max(0.0, deadline - time.monotonic()))
+                t.join(timeout=5)
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
         except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
