@@ -286,3 +286,99 @@ def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_nam
         utils.create_from_yaml(k8s_cluster.api, yaml_objects=docs, namespace=k8s_namespace, dry_run="All")
     settings = KubernetesSettings.parse(yaml.safe_load((folder / "training.yaml").read_text()))
     assert settings.ignite_selector == "app=ignite"
+
+
+def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k8s_namespace, monkeypatch,
+                                                      tmp_path):
+    """Placement at scale. Simulated (kwok): 64 Kubernetes nodes made by this test (as the cluster's own
+    simulated nodes: tainted ignite-tf.io/simulated), a 64-server Ignite cluster — 64 stand-in pods labelled
+    app=ignite named like a StatefulSet's (ignite-0 .. ignite-63, consistent id = pod name), one per
+    simulated node, and the shard plan's partition map over those 64 servers — and what runs in the pods.
+    Real: the launcher's placement (stand-in pod -> Kubernetes node, by pod name), the pod supervisor
+    creating 64 worker pods (placement: required), the real scheduler, the state store in the Ignite pods.
+    Every worker lands on the node of the Ignite pod its shard is next to; the time to all scheduled is
+    printed."""
+    import dataclasses
+    import time
+    import uuid
+
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.connection import IgniteConnectionConfig
+    from ignite_tf.etl import load
+    from ignite_tf.plan.partitions import NodeInfo, PartitionMap
+    from ignite_tf.plan.shards import ShardPlan, next_to_nodes
+
+    n = 64
+    core, ns = k8s_cluster.core, k8s_namespace
+    use_local_k8s(monkeypatch, k8s_cluster)
+    conn = IgniteConnectionConfig(addresses=list(k8s_ignite))
+    monkeypatch.setenv("IGNITE_TF_ADDRESSES", ",".join(k8s_ignite))
+    tag = uuid.uuid4().hex[:4]
+    nodes = [f"e2e-{tag}-{i}" for i in range(n)]
+    cache = f"k8s_place_{tag}"
+    load(conn, cache, demo_data.tabular(200, seed=1), key="id")  # the memory estimate reads its columns
+    launcher = cid = None
+    try:
+        for name in nodes:  # as ignite_tf_dev.k8s.cluster makes its simulated nodes
+            core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {local_k8s.NODE_KIND_LABEL: "simulated", local_k8s.HOST_LABEL: name,
+                           "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"}},
+                "spec": {"taints": [{"key": local_k8s.SIMULATED_NODE_TAINT, "value": "true",
+                                     "effect": "NoSchedule"}]}})
+        for i, name in enumerate(nodes):
+            core.create_namespaced_pod(ns, {"metadata": {"name": f"ignite-{i}", "labels": {"app": "ignite"}}, "spec": {
+                "nodeSelector": {local_k8s.HOST_LABEL: name}, "tolerations": [local_k8s.SIMULATED_TOLERATION],
+                "containers": [{"name": "ignite", "image": "simulated/ignite:2.17"}]}})
+        wait_for(lambda: sum(1 for p in core.list_namespaced_pod(ns, label_selector="app=ignite").items
+                             if p.spec.node_name) == n, 300, "64 stand-in Ignite pods placed", poll=1)
+        real = PartitionMap.discover(conn, cache)
+        servers = {f"node-{i}": NodeInfo(f"node-{i}", f"ignite-{i}", f"10.250.0.{i}", 10800, order=i)
+                   for i in range(n)}
+        pm = dataclasses.replace(real, nodes=servers, primary=[f"node-{p % n}" for p in range(real.partitions)],
+                                 backups=[[f"node-{(p + 1) % n}"] for p in range(real.partitions)],
+                                 rows=[10] * real.partitions)
+        plan = ShardPlan.build(pm, n, worker_hosts=next_to_nodes(pm, n))
+        launcher = make_launcher(conn, kind="kubernetes", kubernetes=simulated_settings(
+            ns, placement="required", ignite_selector="app=ignite", resources={}))
+        job = tmp_path / "job"
+        job.mkdir()
+        (job / "train.py").write_text("print('simulated')\n")
+        started = time.monotonic()
+        state = start_cluster(cache, {"command": ["python", "train.py"], "job_dir": str(job)}, conn=conn,
+                              plan=plan, run_root=tmp_path / "runs", launcher=launcher, startup_deadline_s=600)
+        cid = state.cluster_id
+
+        def scheduled():
+            pods = cluster_pods(core, ns, cid)
+            return pods if len(pods) == n and all(p.spec.node_name for p in pods.values()) else None
+
+        pods = wait_for(scheduled, 600, "64 worker pods scheduled", poll=0.5)
+        print(f"64 workers: launch -> all scheduled {time.monotonic() - started:.1f}s")
+        for i in range(n):
+            assert pods[f"worker-{i}"].spec.node_name == nodes[int(plan.worker_hosts[i].split("-")[1])]
+        wait_for(lambda: ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement, 120, "placement recorded")
+        placed = ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement
+        assert placed["local_workers"] == n and placed["locality"] == placed["planned_locality"] == 1.0, placed
+    finally:
+        try:
+            if launcher is not None and cid is not None:
+                # About 60 s here: the supervisor's log streams of the 64 kwok pods (which serve no logs) end
+                # only with their read timeout, and the stop completes after them; hence the long limit.
+                stopping = time.monotonic()
+                launcher.stop(cid, timeout=300)
+                print(f"64 workers: stop {time.monotonic() - stopping:.1f}s")
+        finally:
+            for name in nodes:
+                try:
+                    core.delete_node(name)
+                except Exception:  # noqa: BLE001 - one never made
+                    pass
+            client = conn.client()
+            try:
+                client.get_cache(cache).destroy()
+            finally:
+                client.close()
+    assert_nothing_left(cid, k8s=(core, ns))

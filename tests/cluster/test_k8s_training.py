@@ -1,153 +1,98 @@
-"""Real TensorFlow training on the local Kubernetes' real node (kubelet + containerd + runc).
+"""Real TensorFlow training on the local Kubernetes in the deployed shape: no host network, no ``dns: false``,
+no hostPath run folder.
 
-Real in every test: the control plane, the kubelet running the task image (imported, never pulled) in
-containers, TensorFlow in them, the session's Ignite nodes the tasks read their shards from (through the
-host network: the nodes listen on 127.0.0.1), the pod supervisor streaming the pods' logs into the run folder
-(a hostPath volume), the model registry. Nothing is simulated; the cluster has no DNS add-on, so the task
-names of TF_CONFIG resolve to 127.0.0.1 through the pods' host aliases (``kubernetes.dns: false``).
-Small data and 1-2 epochs: each training takes minutes on the shared 2-core machine.
+Real in every test: the control plane, CoreDNS (the tasks of TF_CONFIG find each other by their headless
+Service's DNS names), the kubelet running the task image (imported, never pulled) in containers on the real
+node, TensorFlow in them, Ignite as the pods of docker/k8s/ignite.yaml (``k8s_ignite``: reached at their pod
+addresses), the run root on the cluster's object store (s3proxy, bucket ``ignite-tf``, a fresh prefix per test;
+the pods get its credentials from the launcher's Secret), code shipping through it, the model registry.
+Nothing is simulated. Small data and few epochs: each training takes minutes on the shared 2-core machine, so
+each test checks as much as one training allows.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
+from ignite_tf_dev.k8s import addons as local_k8s_addons
 
-from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.api import make_launcher
 from ignite_tf.cluster.state import Status
-from ignite_tf.registry.publish import BlessingGate, ModelRegistry
+from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.runstore import LAYOUT, RunStore
 from tests.support.clusters import assert_nothing_left
-from tests.support.k8s_launch import REAL_NODE, use_local_k8s
+from tests.support.k8s_launch import cluster_pods, use_local_k8s
 from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
 
-CACHE = "k8s_training"
-RUNTIME = ["python", "-m", "ignite_tf.runtime", "--entry-point", "ignite_tf.models:tabular_classifier",
-           "--batch-size", "32", "--label", "label", "--learning-rate", "0.02"]
+# The team's own model module: in a tmp folder, never installed; it reaches the pods through code shipping.
+TEAM_MODEL = '''
+"""A team's classifier (not installed anywhere: shipped to the pods by the launcher)."""
 
 
-@pytest.fixture(scope="module")
-def cache(ignite_conn):
-    from ignite_tf_dev import demo_data
+def build(n_features=16, n_classes=None, learning_rate=0.02):
+    from ignite_tf.runtime.start import import_tf
 
-    from ignite_tf.etl import load
+    import_tf()
+    import tf_keras
 
-    load(ignite_conn, CACHE, demo_data.tabular(1500, seed=3), key="id")
-    return CACHE
+    print("team_model.build: a", n_features, "->", n_classes, "classifier", flush=True)
+    model = tf_keras.Sequential([
+        tf_keras.layers.InputLayer(input_shape=(int(n_features),)),
+        tf_keras.layers.Dense(16, activation="relu", name="team_hidden"),
+        tf_keras.layers.Dense(int(n_classes), activation="softmax", name="team_out"),
+    ])
+    model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+'''
 
 
 @pytest.fixture
-def kube(k8s_cluster, k8s_namespace, monkeypatch, ignite_conn, tmp_path, run_root):
+def deployed(k8s_cluster, k8s_ignite, k8s_namespace, monkeypatch):
+    """The deployed shape's settings, as `make k8s-up` exports them, with a fresh run-root prefix: returns
+    (core api, namespace, Ignite connection, run root, the exports)."""
+    store = local_k8s_addons.object_store(k8s_cluster.layout)
+    assert store is not None, "the local Kubernetes' object store is not running"
+    run_root = f"s3://{local_k8s_addons.BUCKET}/e2e-{uuid.uuid4().hex[:8]}"
+    exports = {**local_k8s_addons.exports(k8s_cluster.layout), "IGNITE_TF_ADDRESSES": ",".join(k8s_ignite),
+               "IGNITE_TF_RUN_ROOT": run_root}
+    for key, value in exports.items():
+        monkeypatch.setenv(key, value)
     use_local_k8s(monkeypatch, k8s_cluster)
-    monkeypatch.setenv("IGNITE_TF_ADDRESSES", ignite_conn.addresses_str)
-    (tmp_path / "job").mkdir()
-    return k8s_cluster.core, k8s_namespace
+    yield k8s_cluster.core, k8s_namespace, IgniteConnectionConfig(addresses=list(k8s_ignite)), run_root, exports
+    try:  # the prefix is this test's own: s3proxy cannot remove a bucket recursively, a prefix it can
+        RunStore(run_root).remove_dir("")
+    except Exception:  # noqa: BLE001 - best effort; the bucket goes with the cluster
+        pass
 
 
-def _start(ns: str, tmp_path, cid: str, epochs: int, *extra: str) -> int:
-    settings = json.dumps({"namespace": ns, **REAL_NODE})
-    return cli_main(["start", "--launcher", "kubernetes", "--k8s", settings, "--workers", "2", "--id", cid,
-                     "--startup-deadline", "900", *extra, CACHE, str(tmp_path / "job"), *RUNTIME,
-                     "--epochs", str(epochs)])
+def _predict(saved_model_dir: str | Path, rows) -> list[int]:
+    """Load a published SavedModel and score rows with its serving signature: the predicted classes."""
+    import numpy as np
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(saved_model_dir)).signatures["serving_default"]
+    (name,) = serve.structured_input_signature[1]
+    (out,) = serve(**{name: tf.constant(np.asarray(rows, dtype="float32"))}).values()
+    return [int(i) for i in np.argmax(out.numpy(), axis=1)]
 
 
-def _publish(tmp_path, state) -> dict:
-    run_dir = Path(state.run_dir)
-    metrics = {k: v for k, v in state.last_epoch.items() if isinstance(v, int | float)}
-    result = ModelRegistry(tmp_path / "registry").publish(
-        "k8s_model", saved_model_dir=str(run_dir / "checkpoints" / "model"),
-        checkpoint_dir=str(run_dir / "checkpoints" / "backup"), tensorboard_dir=str(run_dir / "tensorboard"),
-        metrics=metrics, gate=BlessingGate(thresholds={"accuracy": (0.3, None)}))
-    return result.to_dict()
+def _feature_rows(n: int) -> list[list[float]]:
+    from ignite_tf_dev import demo_data
 
-
-def test_sync_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_path, capsys):
-    """`ignite-tf start --launcher kubernetes`: 2 sync workers as pods on the real node read their shards
-    from Ignite, train 2 epochs and save a SavedModel into the run folder; the chief's output streams to the
-    CLI; after the pods are gone both workers' logs, the checkpoints and the TensorBoard files are in the run
-    folder; the model passes the gate and is published; nothing of the cluster is left."""
-    core, ns = kube
-    cid = f"k8s-sync-{uuid.uuid4().hex[:6]}"
-    code = _start(ns, tmp_path, cid, 2)
-    out = capsys.readouterr().out
-    launcher = make_launcher(ignite_conn)
-    state = launcher.status(cid)
-    assert code == 0 and state.status is Status.SUCCEEDED, out[-3000:]
-    assert "memory estimate per task" in out and "placement (preferred)" in out
-    run_dir = Path(state.run_dir)
-    for task in ("worker-0", "worker-1"):
-        assert (run_dir / "logs" / f"{task}.log").stat().st_size > 0
-    assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
-    assert any((run_dir / "tensorboard").rglob("*tfevents*"))
-    assert len(state.epochs) == 2
-    assert _publish(tmp_path, state)["status"] == "production"
-    assert_nothing_left(cid, k8s=(core, ns))
-    assert all(t.host for t in state.tasks)
-
-
-def test_async_training_through_ignite_tf_start(kube, ignite_conn, cache, tmp_path, capsys):
-    """`ignite-tf start --launcher kubernetes --mode async` with the runtime as the command: a chief, 1 worker
-    and 1 ps as pods on the real node; the worker gets the command's runtime flags, writes its shard from
-    Ignite into its feed, the chief trains 1 epoch from it, the ps is stopped when the chief ends; the model is
-    published and nothing of the cluster is left."""
-    core, ns = kube
-    cid = f"k8s-async-{uuid.uuid4().hex[:6]}"
-    code = _start(ns, tmp_path, cid, 1, "--mode", "async", "--workers", "1", "--ps", "1")
-    out = capsys.readouterr().out
-    state = make_launcher(ignite_conn).status(cid)
-    assert code == 0 and state.status is Status.SUCCEEDED, out[-3000:]
-    assert sorted(t.name for t in state.tasks) == ["chief-0", "ps-0", "worker-0"]
-    run_dir = Path(state.run_dir)
-    assert "feed: worker 0 epoch 0" in (run_dir / "logs" / "worker-0.log").read_text()
-    assert (run_dir / "logs" / "chief-0.log").stat().st_size > 0
-    assert (run_dir / "checkpoints" / "model" / "saved_model.pb").is_file()
-    assert _publish(tmp_path, state)["status"] in ("production", "candidate")
-    assert_nothing_left(cid, k8s=(core, ns))
-
-
-def test_killed_worker_container_restarts_from_checkpoint(kube, ignite_conn, cache, tmp_path, capsys):
-    """Real: after epoch 1, worker-1's container process is killed with SIGKILL on the host (exit 137); the
-    supervisor restarts the sync cluster as new pods, which resume from the checkpoint in the run folder
-    (the hostPath volume) and finish; the restart and the exit are in the state."""
-    core, ns = kube
-    cid = f"k8s-kill-{uuid.uuid4().hex[:6]}"
-    launcher = make_launcher(ignite_conn)
-    import threading
-
-    result = {}
-    # 20 short epochs (0.3-1.4 s each here): with 3, the training once ended before the kill could land.
-    runner = threading.Thread(target=lambda: result.setdefault("code", _start(ns, tmp_path, cid, 20)), daemon=True)
-    runner.start()
-    wait_for(lambda: launcher.find(cid) and len(launcher.store.epochs(cid)) >= 1, 900, "the first epoch", poll=0.2)
-    victims = [p for p in psutil.process_iter(["pid"]) if _task_of(p) == (cid, "worker", 1)]
-    assert victims, "worker-1's process not found on the host"
-    os.kill(victims[0].pid, signal.SIGKILL)
-    runner.join(timeout=1500)
-    state = launcher.status(cid)
-    assert result.get("code") == 0 and state.status is Status.SUCCEEDED, capsys.readouterr().out[-3000:]
-    assert state.restarts == 1 and state.failures[0]["exit_code"] == 137
-    assert "resuming at epoch" in (Path(state.run_dir) / "logs" / "worker-0.log").read_text()
-    assert_nothing_left(cid, k8s=(core, ns))
-
-
-def _task_of(proc) -> tuple | None:
-    try:
-        env = proc.environ()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    if "TF_CONFIG" not in env or "IGNITE_TF_CLUSTER_ID" not in env:
-        return None
-    task = json.loads(env["TF_CONFIG"])["task"]
-    return env["IGNITE_TF_CLUSTER_ID"], task["type"], task["index"]
+    frame = demo_data.tabular(n, seed=9)
+    return frame[[c for c in frame.columns if c not in ("id", "label")]].to_numpy().tolist()
 
 
 # mode -> the training's topology and the roles of its pods.
@@ -156,43 +101,202 @@ TOPOLOGY = {"async": ({"workers": 1, "ps": 1}, ["chief", "ps", "worker"]),
 
 
 @pytest.mark.parametrize("mode", sorted(TOPOLOGY))
-def test_training_as_a_dag_run(kube, ignite_conn, tmp_path, monkeypatch, mode):
-    """A YAML pipeline with `training.launcher: kubernetes` run with dag.test() on Airflow's DB: load, plan,
-    validate, then the training's pods on the real node (async: a chief + 1 worker + 1 ps; sync: 2 workers)
-    reading from Ignite, waited for in the trigger, and PublishModelOperator publishing the Kubernetes-trained
-    model."""
+def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, capfd, mode):
+    """A team's YAML pipeline (`launcher: kubernetes`, no other Kubernetes setting; `entry_point:
+    team_model:build` from the team's own folder, not installed) run with dag.test(): load, plan, validate,
+    the training's pods on the real node reading from the Ignite pods, the run on the object store, the
+    chief's epoch lines (and the team model's own line) in the Airflow task log, PublishModelOperator
+    publishing from the object store; the published SavedModel loads and scores rows."""
     import importlib.util
 
     from airflow import settings
 
     from tests.support.airflow import ignite_connection_env, migrate_db
 
-    core, ns = kube
+    core, ns, conn, run_root, _ = deployed
     migrate_db()
-    for key, value in ignite_connection_env(ignite_conn).items():
+    for key, value in ignite_connection_env(conn).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("K8S_TEST_NAMESPACE", ns)
-    # dag.test() runs DAGs from the configured dags folder.
-    folder = Path(settings.DAGS_FOLDER) / f"k8s_{uuid.uuid4().hex[:6]}"
+    # The team's folder: sync finds the module where the launcher runs (on sys.path, as a DAG folder is on an
+    # Airflow worker); async names it in py_modules. Neither installs it.
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "team_model.py").write_text(TEAM_MODEL)
+    if mode == "sync":
+        monkeypatch.syspath_prepend(str(team))
+    folder = Path(settings.DAGS_FOLDER) / f"k8s_{uuid.uuid4().hex[:6]}"  # dag.test() runs the dags folder's DAGs
     (folder / "specs").mkdir(parents=True)
     suite = Path(__file__).resolve().parents[2] / "dags" / "expectations" / "tabular.yaml"
+    training = {"mode": mode, **TOPOLOGY[mode][0], "entry_point": "team_model:build", "epochs": 2,
+                "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
+                "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}"}}
+    if mode == "async":
+        training["py_modules"] = [str(team / "team_model.py")]
+    dag_id = f"ignite_tf_k8s_{mode}_{uuid.uuid4().hex[:4]}"
     (folder / "specs" / "k8s.yaml").write_text(yaml.safe_dump({
-        "dag_id": f"ignite_tf_k8s_{mode}", "cache": f"k8s_{mode}", "key": "id", "suite": str(suite),
+        "dag_id": dag_id, "cache": f"k8s_{mode}", "key": "id", "suite": str(suite), "run_root": run_root,
         "source": {"generator": "ignite_tf_dev.demo_data:tabular", "rows": 1500, "seed": 2},
-        "training": {"mode": mode, **TOPOLOGY[mode][0], "entry_point": "ignite_tf.models:tabular_classifier",
-                     "epochs": 1, "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
-                     "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}", **REAL_NODE}},
+        "training": training,
         "publish": {"registry_root": str(tmp_path / "registry"), "model": f"k8s_{mode}", "thresholds": {}}}))
     (folder / "pipelines.py").write_text("# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\n"
                                          "airflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n")
     module_spec = importlib.util.spec_from_file_location(f"dags_{uuid.uuid4().hex}", folder / "pipelines.py")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    dag = getattr(module, f"ignite_tf_k8s_{mode}")
+    dag = getattr(module, dag_id)
+    started = time.monotonic()
     run = dag.test()
-    assert run.state == "success", {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
-    registry = ModelRegistry(tmp_path / "registry")
-    assert len(registry.versions(f"k8s_{mode}")) == 1
-    spec = json.loads(next((tmp_path / "runs").glob("*/cluster.json")).read_text())
+    # dag.test() runs each task, and the trigger it defers to, in this process: their log is this output.
+    task_log = capfd.readouterr().out
+    print(f"{mode}: dag run {time.monotonic() - started:.0f}s")
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+
+    trigger_lines = [line for line in task_log.splitlines() if "TFClusterTrigger" in line]
+    assert any("epoch 2/2" in line for line in trigger_lines), task_log[-3000:]
+    assert any("team_model.build" in line for line in trigger_lines), task_log[-3000:]
+
+    cluster_id = next(s.cluster_id for s in make_launcher(conn).store.list() if s.labels.get("dag_id") == dag_id)
+    state = make_launcher(conn).status(cluster_id)
+    assert state.run_dir.startswith(run_root + "/"), state.run_dir
+    run_store = RunStore(state.run_dir)
+    spec = run_store.read_json("cluster.json")
     assert sorted(t["role"] for t in spec["tasks"]) == TOPOLOGY[mode][1]
-    assert_nothing_left(spec["cluster_id"], k8s=(core, ns))
+    assert run_store.exists(f"{LAYOUT.model}/saved_model.pb") and run_store.exists(LAYOUT.shard_plan)
+    pod_spec = json.dumps([p.to_dict() for p in core.list_namespaced_pod(ns).items], default=str)
+    assert "hostPath" not in pod_spec and "host_network': True" not in pod_spec
+
+    from ignite_tf.registry.publish import ModelRegistry
+
+    registry = ModelRegistry(tmp_path / "registry")
+    (version,) = registry.versions(f"k8s_{mode}")
+    predicted = _predict(tmp_path / "registry" / f"k8s_{mode}" / version / "saved_model", _feature_rows(5))
+    assert len(predicted) == 5 and all(p >= 0 for p in predicted)
+    assert_nothing_left(cluster_id, k8s=(core, ns))
+
+
+def _cli(args: list[str], *, env: dict, cwd: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([str(Path(sys.executable).with_name("ignite-tf")), *args], env=env, cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def _bare_env(exports: dict, home: Path) -> dict:
+    """A shell with the `make k8s-up` exports and nothing else of this session (its own HOME)."""
+    home.mkdir(parents=True, exist_ok=True)
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL") if k in os.environ}
+    return {**keep, **exports, "HOME": str(home), "IGNITE_TF_HOME": str(home / ".ignite-tf")}
+
+
+TRAIN_PY = """# the job's script: the runtime's trainer with the command's arguments
+import runpy
+
+runpy.run_module("ignite_tf.runtime", run_name="__main__")
+"""
+
+READER = """
+import json, sys
+from ignite_tf.cluster.api import make_launcher
+from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.registry.publish import BlessingGate, ModelRegistry
+from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.ui import views
+
+cid = sys.argv[1]
+launcher = make_launcher(IgniteConnectionConfig.from_env())
+state, alive = launcher.settled(cid)
+view = views.cluster_view(state, alive=alive)
+run = RunStore(state.run_dir)
+metrics = {k: v for k, v in state.last_epoch.items() if isinstance(v, (int, float))}
+result = ModelRegistry("registry").publish(
+    "e2e_cli", saved_model_dir=run.path(LAYOUT.model), checkpoint_dir=run.path(LAYOUT.backup),
+    tensorboard_dir=run.path(LAYOUT.tensorboard), metrics=metrics, gate=BlessingGate(thresholds={}))
+print("VIEW " + json.dumps({"status": view["status"], "plan": view["plan"], "epochs_done": view["epochs_done"],
+                            "run_dir": view["run_dir"], "publish": result.to_dict()}, default=str))
+"""
+
+
+def test_cli_training_survives_a_deleted_worker_pod_and_is_read_from_the_store_alone(deployed, tmp_path):
+    """The README's commands with the `make k8s-up` exports only, each in a process of its own (own HOME,
+    own working folder, no folder shared with the test or each other): `ignite-tf load` a CSV, then `ignite-tf
+    start --launcher kubernetes --namespace NS CACHE JOB_DIR python train.py ...` (sync, 2 workers, JOB_DIR
+    shipped through the object store). After the first epoch worker-1's pod is deleted with the default grace:
+    it is gone within seconds (the TF process stops on SIGTERM), the cluster restarts and resumes from the
+    newest backup on the object store, and the epochs run equal the epochs asked (none twice). A second
+    process sharing no folder with the launcher then reads the run from the store alone: `ignite-tf attach`
+    prints the chief's output, the UI page's view shows it with its shard plan, and publish copies the model
+    into its own registry, where it loads and scores rows."""
+    from ignite_tf_dev import demo_data
+
+    core, ns, conn, run_root, exports = deployed
+    epochs = 8
+    cache = f"e2e_cli_{uuid.uuid4().hex[:6]}"
+    cid = f"k8s-cli-{uuid.uuid4().hex[:6]}"
+    launcher_home, reader_home = tmp_path / "launcher", tmp_path / "reader"
+    env = _bare_env(exports, launcher_home)
+    demo_data.tabular(1500, seed=3).to_csv(launcher_home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=launcher_home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    job = launcher_home / "job"
+    job.mkdir()
+    (job / "train.py").write_text(TRAIN_PY)
+    start = _cli(["start", "--launcher", "kubernetes", "--namespace", ns, "--workers", "2", "--id", cid,
+                  "--startup-deadline", "900", cache, "job", "python", "train.py",
+                  "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "32", "--label", "label",
+                  "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=launcher_home)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(start.stdout), daemon=True)
+    reader.start()
+    try:
+        launcher = make_launcher(conn)
+        wait_for(lambda: start.poll() is None and launcher.find(cid) and len(launcher.store.epochs(cid)) >= 1,
+                 900, "the first epoch", poll=0.2)
+        victim = cluster_pods(core, ns, cid)["worker-1"]
+        deleted = time.monotonic()
+        core.delete_namespaced_pod(victim.metadata.name, ns)  # the default grace period
+
+        def gone():
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                core.read_namespaced_pod(victim.metadata.name, ns)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(gone, 60, f"pod {victim.metadata.name} gone", poll=0.1)
+        gone_s = time.monotonic() - deleted
+        print(f"worker pod deleted -> gone: {gone_s:.1f}s")
+        assert gone_s < 8, f"the deleted pod took {gone_s:.1f}s to stop (its TF process ignored SIGTERM?)"
+        start.wait(timeout=1800)
+    finally:
+        if start.poll() is None:
+            start.kill()
+        reader.join(timeout=30)
+    text = "".join(output)
+    state = make_launcher(conn).status(cid)
+    assert start.returncode == 0 and state.status is Status.SUCCEEDED, text[-3000:]
+    assert state.run_dir.startswith(run_root + "/"), state.run_dir
+    assert state.restarts == 1, state.failures
+    recorded = [e["epoch"] for e in state.epochs]
+    assert sorted(set(recorded)) == list(range(1, epochs + 1)) and len(recorded) == epochs, recorded
+    worker0 = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
+    assert "resuming at epoch" in worker0, worker0[-3000:]
+    assert_nothing_left(cid, k8s=(core, ns))
+
+    # A second process with its own HOME and working folder: the run store and the exports only.
+    renv = _bare_env(exports, reader_home)
+    attach = _cli(["attach", "--from-start", cid], env=renv, cwd=reader_home)
+    attached, _ = attach.communicate(timeout=300)
+    assert attach.returncode == 0 and f"epoch {epochs}/{epochs}" in attached, attached[-3000:]
+    page = subprocess.run([sys.executable, "-c", READER, cid], env=renv, cwd=reader_home, text=True,
+                          capture_output=True, timeout=600)
+    assert page.returncode == 0, page.stdout[-2000:] + page.stderr[-3000:]
+    view = json.loads(next(line for line in page.stdout.splitlines() if line.startswith("VIEW "))[5:])
+    assert view["status"] == "succeeded" and view["epochs_done"] == epochs and view["run_dir"] == state.run_dir
+    assert view["plan"] and view["plan"]["rows"] == 1500 and "error" not in view["plan"], view["plan"]
+    version = view["publish"]["version"]
+    predicted = _predict(reader_home / "registry" / "e2e_cli" / version / "saved_model", _feature_rows(4))
+    assert len(predicted) == 4
+    assert not list(launcher_home.glob("**/checkpoints")), "the run is in the object store, not the launcher's folder"

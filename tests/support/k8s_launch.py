@@ -14,7 +14,6 @@ SIMULATED_IMAGE = "simulated/never-pulled:1"
 ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}
 # Pods "run" by kwok: on a simulated node, tolerating the taint that keeps every other pod off them.
 SIMULATED_TOLERATIONS = [dict(local_k8s.SIMULATED_TOLERATION)]
-REAL_NODE = {"node_selector": {local_k8s.HOST_LABEL: "real-0"}, "host_network": True, "dns": False}
 
 
 def use_local_k8s(monkeypatch, k8s_cluster) -> None:

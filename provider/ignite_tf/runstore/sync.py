@@ -72,6 +72,17 @@ class TaskSync:
             except Exception as exc:  # noqa: BLE001 - the next epoch copies again
                 _warn(f"copying {name} to {self.store.path(key)} failed: {exc}")
 
+    def pushed_then(self, then=None):
+        """A function pushing the backup, then calling ``then()`` if given: a backup reaches the store before
+        the caller hears of it (``runtime.stopping``'s ``on_backup``)."""
+
+        def push_then():
+            self.push()
+            if then is not None:
+                then()
+
+        return push_then
+
     def callback(self, tf_keras):
         """A Keras callback calling ``push`` after each epoch; put it after ``BackupAndRestore``."""
         sync = self

@@ -20,11 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.run_folder import RunFolder
+from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.runtime import ending
 from ignite_tf.runtime.task import TaskInfo
 
 MODEL_INFO = "ignite_tf_model.json"  # written inside the saved model directory
+
+# Under ParameterServerStrategy each ps would write its own variables to the chief's path, which needs a folder
+# the ps share; pods share none, so every checkpoint and SavedModel goes through the chief's CPU.
+CHIEF_IO_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
 
 
 def load_entry_point(entry_point: str):
@@ -103,7 +108,12 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
         shutil.rmtree(tmp, ignore_errors=True)
         return None
     tmp = ckpt / f".model-tmp-{os.getpid()}"
-    model.save(str(tmp), save_format="tf", **ending.save_options(model))
+    options = {}
+    if info.mode is Mode.ASYNC:  # the variables live on the ps, which share no folder with the chief
+        import tensorflow as tf
+
+        options["options"] = tf.saved_model.SaveOptions(experimental_io_device=CHIEF_IO_DEVICE)
+    model.save(str(tmp), save_format="tf", **ending.save_options(model), **options)
     (tmp / MODEL_INFO).write_text(json.dumps(model_info, default=str))
     old = ckpt / f".model-old-{os.getpid()}"
     if final.exists():
@@ -112,3 +122,24 @@ def save_model(model, checkpoint_dir: str | Path, info: TaskInfo, model_info: di
     shutil.rmtree(old, ignore_errors=True)
     print(f"model saved to {final} in {time.monotonic() - started:.1f}s", flush=True)  # the chief's output
     return str(final)
+
+
+def checkpoints_through_chief(tf) -> None:
+    """Make the async chief read and write every checkpoint itself (BackupAndRestore's included).
+
+    Under ParameterServerStrategy TensorFlow runs each variable's save and restore on its parameter server,
+    at the chief's path: that needs a folder the chief and the ps share. Pods share none when the run lives
+    in an object store (each stages it in a folder of its own), and the ps failed with ``ckpt-1_temp; No such
+    file or directory``. ``experimental_io_device`` routes the reads and writes through the chief; tf_keras'
+    BackupAndRestore passes no options, hence the defaults set here, in the chief's process only.
+    """
+    chief = tf.train.CheckpointOptions(experimental_io_device=CHIEF_IO_DEVICE)
+    save, restore = tf.train.CheckpointManager.save, tf.train.Checkpoint.restore
+
+    def save_on_chief(self, *args, options=None, **kw):
+        return save(self, *args, options=options or chief, **kw)
+
+    def restore_on_chief(self, *args, options=None, **kw):
+        return restore(self, *args, options=options or chief, **kw)
+
+    tf.train.CheckpointManager.save, tf.train.Checkpoint.restore = save_on_chief, restore_on_chief

@@ -38,7 +38,14 @@ from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping, timeline
-from ignite_tf.runtime.model import build_model, load_entry_point, model_in_scope, save_model, saved_metrics
+from ignite_tf.runtime.model import (
+    build_model,
+    checkpoints_through_chief,
+    load_entry_point,
+    model_in_scope,
+    save_model,
+    saved_metrics,
+)
 from ignite_tf.runtime.report import EpochReporter
 from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
@@ -68,6 +75,7 @@ def strategy(mode: Mode | str | None = None):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     made = tf.distribute.ParameterServerStrategy(resolver)
     contract.handle_stop()
+    checkpoints_through_chief(tf)
     return made
 
 
@@ -191,7 +199,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
     # Backup first: an epoch is reported only once it would survive a restart.
     callbacks = [*stopping.backup_callbacks(tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch",
-                                            on_backup=_then(store_sync.push, on_backup)),
+                                            on_backup=store_sync.pushed_then(on_backup)),
                  reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
@@ -383,15 +391,3 @@ def exit_with(code: int) -> None:
     """A task ends at once, its output flushed: TensorFlow's threads and exit handlers could otherwise hold it
     (see ``ignite_tf.runtime.ending``)."""
     contract.exit_now(code)
-
-
-def _then(first, second):
-    """``first`` then ``second`` (if given): a backup goes to the run store before the caller hears of it."""
-    if second is None:
-        return first
-
-    def both(*args, **kwargs):
-        first()
-        return second(*args, **kwargs)
-
-    return both
