@@ -5,7 +5,7 @@ A task works in its local staging folder (TensorFlow writes files, not objects).
 
 - pulls ``checkpoints/backup/`` from the store before ``fit`` (``pull``), so a task restarted anywhere
   resumes from the newest backup of any attempt (``BackupAndRestore`` reads its local copy);
-- pushes the chief's backup and TensorBoard events after each epoch (``callback``), and the SavedModel, the
+- pushes the chief's backup and TensorBoard events after each backup (``pushed_then``, the ``on_backup`` of ``runtime.stopping``), and the SavedModel, the
   events and the backup's final state at the end (``finish``);
 - in a pod, copies the task's progress report to the store every ``mirror.EVERY_S`` (the supervisor cannot
   read a pod's disk).
@@ -82,16 +82,6 @@ class TaskSync:
                 then()
 
         return push_then
-
-    def callback(self, tf_keras):
-        """A Keras callback calling ``push`` after each epoch; put it after ``BackupAndRestore``."""
-        sync = self
-
-        class PushToRunStore(tf_keras.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                sync.push()
-
-        return PushToRunStore()
 
     # -- at the end ------------------------------------------------------------------------------------------
     def finish(self, model_dir: str | None) -> None:
