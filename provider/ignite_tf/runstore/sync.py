@@ -5,8 +5,8 @@ A task works in its local staging folder (TensorFlow writes files, not objects).
 
 - pulls ``checkpoints/backup/`` from the store before ``fit`` (``pull``), so a task restarted anywhere
   resumes from the newest backup of any attempt (``BackupAndRestore`` reads its local copy);
-- pushes the chief's backup and TensorBoard events after each backup (``pushed_then``, the ``on_backup`` of ``runtime.stopping``), and the SavedModel, the
-  events and the backup's final state at the end (``finish``);
+- pushes the chief's backup and TensorBoard events after each backup (``pushed_then``: the ``on_backup`` of
+  ``runtime.stopping``), and the SavedModel, the events and the backup's final state at the end (``finish``);
 - in a pod, copies the task's progress report to the store every ``mirror.EVERY_S`` (the supervisor cannot
   read a pod's disk).
 
