@@ -137,6 +137,12 @@ def _team(tmp_path: Path) -> Path:
     return team
 
 
+def test_ignite_tf_itself_is_never_shipped_even_from_an_editable_install():
+    # bench/end.py's entry point: with the provider installed editable (``make setup``), its folder is outside
+    # site-packages; shipped, the copy shadowed the tasks' own and a run failed on a mixed import.
+    assert shipping.entry_point_source("ignite_tf.models:tabular_classifier") is None
+
+
 def test_entry_point_module_and_py_modules_are_shipped_never_installed_ones(tmp_path, monkeypatch):
     team = _team(tmp_path)
     monkeypatch.syspath_prepend(str(team))

@@ -14,6 +14,8 @@ Credentials never appear in a URL or in the options written down: they come from
 
 from __future__ import annotations
 
+import errno
+
 import json
 import os
 import posixpath
@@ -120,8 +122,10 @@ class RunStore:
                 return self.fs.cat_file(path, start=offset or None)
             except FileNotFoundError:
                 raise
-            except OSError:  # a range at the end is refused, not empty: nothing new yet
-                if offset and self.fs.size(path) <= offset:
+            except OSError as e:
+                # A range at (or, while a writer replaces the object, past) its end is refused, not empty:
+                # nothing new yet; the caller's next poll reads on from the same offset.
+                if offset and e.errno == errno.EINVAL:
                     return b""
                 raise
         except FileNotFoundError:
