@@ -15,7 +15,6 @@ Credentials never appear in a URL or in the options written down: they come from
 from __future__ import annotations
 
 import errno
-
 import json
 import os
 import posixpath
