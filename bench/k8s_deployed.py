@@ -11,14 +11,13 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              (``bench/k8s_startup.py``); goal: Kubernetes / local <= 1.3;
   input      in one pod: steps/s of the tabular classifier fed from Ignite (``ignite_tf.data`` over the pod
              network) vs from the same rows in memory (``bench/k8s_input_task.py``); goal: >= 0.9;
-  resume     a 2-worker sync cluster of ``--epochs`` (20) epochs: worker-1's pod deleted after the first epoch
-             record; reported: seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the
+  resume     a 2-worker sync cluster of ``--epochs`` (20) epochs, batch 256: worker-1's pod deleted after the
+             first epoch record; reported: the median epoch time, seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the
              deletion (``next_epoch_s``; issue 24's goal <= 8 s), the epoch it resumed at, the restarts, and
              the epochs recorded (``epochs_run``, which should equal the epochs asked for);
-  locality   a 2-worker cluster with ``placement: required``: the planned share of rows read locally and
-             the measured one, where the cluster state records it (a number whose field name has ``measured`` and
-             ``locality``; every ``locality`` field is kept in the JSON);
-             goal: measured >= 95%.
+  locality   a 2-worker cluster with ``placement: required`` (the launcher's own plan): the share of rows read
+             locally as the launcher planned it and as the workers' readers measured it (``ClusterState.
+             measured_locality``: rows served by an Ignite pod on the worker's own node); goal: measured >= 95%.
 
 ``--smoke``: 2,000 rows, 3 epochs, each part once (see ``bench/harness.py``).
 """
@@ -27,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +49,7 @@ from k8s_harness import (  # noqa: E402
 )
 
 set_bench_env()
+RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
 GOALS = {"kubernetes_vs_local": 1.3, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
 
 
@@ -68,12 +70,14 @@ def startup(conn, tmp: Path, settings: dict, host_network: bool) -> dict:
 def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: int) -> dict:
     from ignite_tf_dev.demo_data import tabular
     from k8s_input_task import MARK
+    from startup_input import BATCH as STEPS_BATCH
     from startup_input import STEPS_CACHE
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.etl import load
 
-    load(conn, STEPS_CACHE, tabular(rows), key="id")
+    # Each timed fit must have its steps' rows: a dataset that runs out ends the fit early.
+    load(conn, STEPS_CACHE, tabular(max(rows, steps * STEPS_BATCH)), key="id")
     job_dir = job_dir_with(tmp, "job-input", "k8s_input_task.py", "startup_input.py")
     cluster_id = f"deployed-input-{os.getpid()}"
     launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
@@ -97,7 +101,7 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     cluster_id = f"deployed-resume-{os.getpid()}"
     launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
-           "args": ["--epochs", str(epochs), "--batch-size", "32", "--label-column", "label"]}
+           "args": ["--epochs", str(epochs), "--batch-size", str(RESUME_BATCH), "--label-column", "label"]}
     start_cluster(cache, job, conn=conn, mode="sync", workers=2, max_restarts=2, cluster_id=cluster_id,
                   run_root=run_root(tmp, "kubernetes"), launcher=launcher, startup_deadline_s=600)
     selector = f"{LABEL_CLUSTER}={cluster_id},{LABEL_TASK}=worker-1"
@@ -126,7 +130,9 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     finally:
         if not launcher.status(cluster_id).status.final:
             launcher.stop(cluster_id)
+    epoch_s = statistics.median(float(e["epoch_s"]) for e in state.epochs) if state.epochs else None
     return {"status": state.status.value, "deleted_after_epoch": before[-1].get("epoch"), "pod_gone_s": gone_s,
+            "epoch_s": epoch_s,
             "next_epoch_s": next_s, "resumed_at_epoch": resumed_at,
             "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs),
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
@@ -134,21 +140,22 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
 
 def locality(conn, tmp: Path, settings: dict, cache: str) -> dict:
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.plan.partitions import PartitionMap
-    from ignite_tf.plan.shards import ShardPlan
 
     cluster_id = f"deployed-local-{os.getpid()}"
     launcher = make_launcher(conn, kind="kubernetes", kubernetes={**settings, "placement": "required"})
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
            "args": ["--epochs", "1", "--batch-size", "32", "--label-column", "label"]}
-    plan = ShardPlan.build(PartitionMap.discover(conn, cache), 2)
+    # The launcher's own plan: it names the Ignite node of each worker, which placement needs (a plan built
+    # here from the partition map alone has none, so nothing could be placed or matched).
     start_cluster(cache, job, conn=conn, mode="sync", workers=2, max_restarts=0, cluster_id=cluster_id,
-                  run_root=run_root(tmp, "kubernetes"), launcher=launcher, plan=plan, startup_deadline_s=600)
+                  run_root=run_root(tmp, "kubernetes"), launcher=launcher, startup_deadline_s=600)
     state = wait_cluster(launcher, cluster_id, poll_s=0.5)
-    shards = plan.shards(0)
-    planned = sum(s.locality * s.rows for s in shards) / max(1, sum(s.rows for s in shards))
-    recorded = {k: v for k, v in state.to_dict().items() if "locality" in k}
-    measured = next((v for k, v in recorded.items() if "measured" in k and isinstance(v, int | float)), None)
+    # Planned: what the launcher printed once the pods were placed (wanted node == actual node, times the
+    # plan's share); measured: the rows each worker's reader counted per serving Ignite node.
+    found = re.search(r"([0-9.]+)% of rows read locally as planned", launcher.output(cluster_id)[0])
+    planned = float(found.group(1)) / 100 if found else None
+    recorded = state.summary()["locality"]
+    measured = (state.measured_locality or {}).get("locality")
     return {"status": state.status.value, "planned_locality": planned, "measured_locality": measured,
             "recorded": recorded}
 
@@ -195,6 +202,7 @@ def table(r: dict) -> str:
         f"| steps/s fed from memory (same pod) | {_f(i['steps_s_memory'], '.0f')} | |",
         f"| Ignite / memory | {_f(i['input_ratio'])} | >= {GOALS['input_ratio']} |",
         f"| worker pod deleted -> pod gone (s) | {_f(res['pod_gone_s'], '.1f')} | |",
+        f"| epoch time, median (s) | {_f(res['epoch_s'], '.1f')} | |",
         f"| worker pod deleted -> next epoch (s) | {_f(res['next_epoch_s'], '.1f')} | <= {GOALS['next_epoch_s']} |",
         f"| deleted after epoch / resumed at epoch | {res['deleted_after_epoch']} / {res['resumed_at_epoch']} | |",
         f"| epochs asked / epochs run (restarts) | {res['epochs_asked']} / {res['epochs_run']} ({res['restarts']}) "

@@ -56,13 +56,18 @@ def kubernetes(kubeconfig: str | None, say=lambda _msg: None) -> Iterator[str]:
 
 
 def pod_settings(namespace: str, host_network: bool, **extra) -> dict:
-    """``kubernetes`` settings that put the tasks on the real node."""
+    """``kubernetes`` settings that put the tasks on the real node; in the deployed shape they also name the
+    Ignite pods (``ignite_selector``, ``ignite_namespace`` of ``make k8s-up``), which placement and the
+    measured locality need to find each Ignite node's Kubernetes node."""
+    from ignite_tf_dev.k8s import addons
     from ignite_tf_dev.k8s import cluster as local_k8s
 
-    settings = {"namespace": namespace, "node_selector": {local_k8s.HOST_LABEL: "real-0"}, **extra}
+    settings = {"namespace": namespace, "node_selector": {local_k8s.HOST_LABEL: "real-0"}}
     if host_network:
         settings.update(host_network=True, dns=False)
-    return settings
+    else:
+        settings.update(ignite_selector=addons.IGNITE_SELECTOR, ignite_namespace=addons.IGNITE_NAMESPACE)
+    return {**settings, **extra}
 
 
 def run_root(tmp: Path, kind: str) -> str:

@@ -69,7 +69,8 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
     shutil.copy(BENCH_DIR / "startup_model.py", job_dir)
     cluster_id = f"k8s-bench-{kind[:5]}-{os.getpid()}"
     root = run_root or str(tmp / "runs")
-    mark = tmp / "runs" / cluster_id / "first_step"  # only a local run folder has it; else the output line
+    # Only a run folder on this host gets the mark file; pods with an object-store run root print the line alone.
+    mark = tmp / "runs" / cluster_id / "first_step"
     launcher = make_launcher(conn, kind=kind, kubernetes=kubernetes)
     command = ["python", "-m", "ignite_tf.runtime", "--entry-point", "startup_model:model", "--epochs", "1",
                "--batch-size", "64", "--label", "label", "--steps-per-epoch", "5"]

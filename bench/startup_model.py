@@ -40,7 +40,7 @@ def model(n_features: int = 16, n_classes: int | None = None, learning_rate: flo
                 # "x": a restarted attempt must not move the first step later.
                 with open(mark, "x") as f:
                     f.write(repr(time.time()))
-            except FileExistsError:
+            except OSError:  # exists: a restart; missing folder: a run root this pod cannot see (the line has it)
                 pass
 
     fit = built.fit

@@ -50,7 +50,9 @@ def entry_point_source(entry_point: str) -> Path | None:
     """The file or package folder to ship for ``entry_point``; None when it is installed (or not found here:
     then the task must find it, and says so)."""
     top = str(entry_point).partition(":")[0].split(".")[0]
-    if not top:
+    # ignite_tf itself (its built-in models) is what every task runs already; an editable install of it lives
+    # outside site-packages, and a shipped copy first on the tasks' path would mix two versions of it.
+    if not top or top == __name__.partition(".")[0]:
         return None
     try:
         spec = importlib.util.find_spec(top)

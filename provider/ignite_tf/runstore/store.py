@@ -14,6 +14,7 @@ Credentials never appear in a URL or in the options written down: they come from
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -113,9 +114,19 @@ class RunStore:
                     f.seek(offset)
                     return f.read()
             self.fs.invalidate_cache()
-            with self.fs.open(self._fs_path(name), "rb") as f:
-                f.seek(offset)
-                return f.read()
+            # One ranged GET: ``fs.open`` pins the object's ETag, so a log rewritten by its streaming writer
+            # between the open and the read failed with PreconditionFailed.
+            path = self._fs_path(name)
+            try:
+                return self.fs.cat_file(path, start=offset or None)
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                # A range at (or, while a writer replaces the object, past) its end is refused, not empty:
+                # nothing new yet; the caller's next poll reads on from the same offset.
+                if offset and e.errno == errno.EINVAL:
+                    return b""
+                raise
         except FileNotFoundError:
             return None
 
