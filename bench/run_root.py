@@ -51,18 +51,14 @@ def object_store(tmp: Path, say):
         return
     from ignite_tf_dev import objstore
 
+    from ignite_tf.runstore.credentials import environment
+
     say("starting a local S3 server (s3proxy) ...")
     store = objstore.start(tmp / "s3", buckets=[BUCKET])
-    saved = {k: os.environ.get(k) for k in STORE_ENV}
-    os.environ.update(store.env())
     try:
-        yield f"s3://{BUCKET}/runs", fsspec.filesystem("s3", **store.storage_options())
+        with environment(store.env()):
+            yield f"s3://{BUCKET}/runs", fsspec.filesystem("s3", **store.storage_options())
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         objstore.stop(tmp / "s3", wipe=True)
 
 
