@@ -190,3 +190,18 @@ def test_shipped_code_imports_in_a_task_that_does_not_have_the_folder(s3_bucket,
     monkeypatch.setenv(ENV_CODE, ", ".join(shipped))
     with pytest.raises(ConfigError, match=r"shipped to the tasks: team_model.py, teamlib/, extra/\*.*py_modules"):
         load_entry_point("not_shipped_model:build")
+
+
+def test_a_store_uses_the_variables_of_its_own_time(s3_bucket, monkeypatch):
+    """s3fs reads the endpoint when an instance is made and fsspec caches instances by their arguments: a
+    store used under other variables earlier in this process (another store, another connection's task)
+    must not make a later store talk to that endpoint. Real s3proxy; the first endpoint is a closed port."""
+    right = os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(Exception):  # noqa: B017 - whatever botocore raises for a refused connection
+        RunStore(f"s3://{s3_bucket}/early").write_text("a.txt", "never")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", right)
+    later = RunStore(f"s3://{s3_bucket}/later")
+    later.write_text("a.txt", "here")
+    assert later.read_text("a.txt") == "here"

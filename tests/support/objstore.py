@@ -33,4 +33,9 @@ def s3_bucket(object_store, monkeypatch):
     object_store.bucket_dir(name).mkdir(parents=True)
     for k, v in object_store.env().items():
         monkeypatch.setenv(k, v)
+    import s3fs
+
+    # s3fs reads the variables when an instance is made and fsspec caches instances by their arguments: an
+    # instance made earlier in the session under another store's variables must not serve this test.
+    s3fs.S3FileSystem.clear_instance_cache()
     yield name

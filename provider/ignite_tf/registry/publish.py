@@ -37,8 +37,6 @@ import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 
-import fsspec
-
 from ignite_tf.errors import ConfigError
 from ignite_tf.jsonable import jsonable
 from ignite_tf.registry.gate import BlessingGate, as_number
@@ -54,6 +52,7 @@ from ignite_tf.registry.store import (
     natural_order,
     validate_name,
 )
+from ignite_tf.runstore.store import url_to_fs
 
 __all__ = ["COMPLETE", "CRASH_ENV", "CRASH_STEPS", "LOCK", "METADATA", "POINTER", "STAGING", "BlessingGate",
            "ModelRegistry", "PublishResult", "RegistryStore", "VersionNotFoundError", "validate_name"]
@@ -123,12 +122,12 @@ def _checked(model: str, version: str | None, metrics, saved_model_dir: str, che
         raise ConfigError(f"metrics must be a dict of metric name -> number (got {type(metrics).__name__})")
     metrics = {str(k): as_number(v, f"metric {k!r}") for k, v in metrics.items()}
     sources = {"saved_model": saved_model_dir, "checkpoint": checkpoint_dir, "tensorboard": tensorboard_dir}
-    sfs, spath = fsspec.core.url_to_fs(str(saved_model_dir))
+    sfs, spath = url_to_fs(str(saved_model_dir))
     if not any(sfs.exists(f"{spath}/{n}") for n in ("saved_model.pb", "saved_model.pbtxt")):
         raise ConfigError(f"saved_model_dir {saved_model_dir!r} holds no saved_model.pb: export the model "
                           f"with model.save(<dir>) or tf.saved_model.save first")
     for part, src in sources.items():
-        if src is not None and not (lambda fs, path: fs.isdir(path))(*fsspec.core.url_to_fs(str(src))):
+        if src is not None and not (lambda fs, path: fs.isdir(path))(*url_to_fs(str(src))):
             raise ConfigError(f"{part}_dir {src!r} is not a directory (give the folder, or None to skip it)")
     return metrics, sources
 

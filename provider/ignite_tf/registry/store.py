@@ -15,10 +15,10 @@ import re
 import shutil
 import uuid
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ignite_tf.errors import ConfigError, VersionNotFoundError
+from ignite_tf.runstore.store import url_to_fs
 
 COMPLETE, METADATA, POINTER, STAGING, LOCK = "_COMPLETE", "metadata.json", "PRODUCTION", ".staging", ".lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -59,7 +59,7 @@ class RegistryStore:
             text = os.fspath(root) if isinstance(root, os.PathLike) else root
             if not isinstance(text, str) or not text.strip():
                 raise ConfigError(f"registry root must be a non-empty path or URL (got {root!r})")
-            fs, path = fsspec.core.url_to_fs(text, **(storage_options or {}))
+            fs, path = url_to_fs(text, **(storage_options or {}))
         self.fs, self.root = fs, path.rstrip("/") or "/"
         self.local = isinstance(fs, LocalFileSystem)
         self.url = self.root if self.local else fs.unstrip_protocol(self.root)
@@ -100,7 +100,7 @@ class RegistryStore:
 
     def _copy(self, source: str, dest: str) -> dict:
         """Copy the tree at ``source`` (path or URL) to ``dest`` in the registry; file count and bytes."""
-        sfs, spath = fsspec.core.url_to_fs(source)
+        sfs, spath = url_to_fs(source)
         files, size = 0, 0
         if self.local and isinstance(sfs, LocalFileSystem):
             shutil.copytree(spath, dest)

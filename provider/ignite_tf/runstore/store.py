@@ -42,6 +42,15 @@ def rel(path: str | PurePath) -> str:
     return "" if key == "." else key.lstrip("/")
 
 
+def url_to_fs(url: str, **options):
+    """fsspec's ``(filesystem, path)`` for ``url``, never an instance cached by fsspec: s3fs takes its endpoint
+    and credentials from the environment when an instance is made, and fsspec's cache would hand a later
+    caller with other variables (another store, another connection's task) an instance made under the first."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(url, skip_instance_cache=True, **options)
+
+
 @dataclass
 class RunStore:
     """One run's place: ``url`` a local folder or an object-store URL of the run itself (root + cluster id).
@@ -79,10 +88,8 @@ class RunStore:
     def fs(self):
         fs = self.__dict__.get("_fs")
         if fs is None:
-            import fsspec
-
             try:
-                fs, _ = fsspec.core.url_to_fs(self.url, **self.options)
+                fs, _ = url_to_fs(self.url, **self.options)
             except ImportError as exc:
                 raise ConfigError(f"run store {self.url}: {exc} (install the fsspec package for its scheme, e.g. "
                                   f"s3fs for s3://, gcsfs for gs://)") from None
