@@ -59,6 +59,7 @@ DEFAULT_PORT = 10800
 IGNITE_USER = "ignite"
 IGNITE_DEFAULT_PASSWORD = "ignite"
 STATE_FILE = "cluster.json"
+AUTH_SETTLE_S = 60  # how long a starting authenticated cluster may refuse every login before it counts
 CONNECTION_FILE = "connection.json"
 _SECURE_PARTS = ("work", "tls", CONNECTION_FILE)  # what `down` removes besides the nodes
 
@@ -113,6 +114,7 @@ class LocalIgniteCluster:
         if self.password and not self.auth:
             raise ConfigError("a password is only used with auth=True (authentication on)")
         self._procs: dict[int, subprocess.Popen] = {}
+        self._refused_since: float | None = None  # when a starting node first refused both logins
         state = self.state_dir / STATE_FILE
         if state.exists():
             data = json.loads(state.read_text())
@@ -326,9 +328,14 @@ class LocalIgniteCluster:
             try:
                 clients = [self._login(x, password) for x in live]
             except AuthenticationFailedError:
-                if password == wanted:
+                if password != wanted:
+                    continue
+                # A node that has just joined can refuse both logins until it has the cluster's users
+                # (seen once in CI); only a refusal that lasts is a wrong password.
+                self._refused_since = self._refused_since or time.monotonic()
+                if time.monotonic() - self._refused_since > AUTH_SETTLE_S:
                     raise
-                continue
+                return False
             if len(live) < n or any(c is None for c in clients):
                 for c in clients:
                     if c is not None:
