@@ -30,6 +30,11 @@ from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.home import HomeFolder
 from ignite_tf.reader.locality import combine
 
+LOST_AFTER_S = 20.0
+"""A supervisor whose last heartbeat is older than this is lost, judged the same on every host (``ps``, a
+retry, a trigger elsewhere): ten of its heartbeats (``supervision.loop.HEARTBEAT_S``), more than a stop's
+grace period during which its loop records nothing."""
+
 
 class Status(StrEnum):
     STARTING = "starting"
@@ -147,6 +152,11 @@ class ClusterState:
     # Per worker, the running total of its reads (``StateStore.add_reads``): rows, local_rows, by_node, passes
     # (one per pass over its shard: an epoch, or each pass of a repeated dataset), last_epoch.
     reads: list[dict[str, Any]] = field(default_factory=list)
+    attempt: int = 0
+    """The tasks' current attempt (``IGNITE_TF_ATTEMPT``): a resumed cluster goes on above its last one, so its
+    chief's claim on the backup fences off any task of an earlier supervisor."""
+    resumes: int = 0
+    """How many later launches (an Airflow retry) took this cluster over after it ended or was lost."""
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -172,8 +182,13 @@ class ClusterState:
         """All workers' reads together: rows, local_rows, by_node, locality (None before any read)."""
         return combine(*self.reads)
 
-    def heartbeat_stale(self, after_s: float = 30.0) -> bool:
+    def heartbeat_stale(self, after_s: float = LOST_AFTER_S) -> bool:
+        """Whether a cluster that has not ended lost its supervisor (no heartbeat for ``after_s``)."""
         return not self.status.final and time.time() - self.heartbeat > after_s
+
+    @property
+    def lost(self) -> bool:
+        return self.heartbeat_stale()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -218,6 +233,16 @@ class StateStore(ABC):
 
     @abstractmethod
     def stop_requested(self, cluster_id: str) -> bool: ...
+
+    @abstractmethod
+    def clear_stop(self, cluster_id: str) -> None:
+        """Forget a stop request: a cluster resumed by a later launch is not stopped by an earlier request."""
+
+    @abstractmethod
+    def claim(self, cluster_id: str, resume: int, owner: str, stale_after_s: float) -> bool:
+        """Atomically take the right to start ``cluster_id``'s supervisor number ``resume`` (0: the first):
+        True for one caller only, however many launch at once; a claim older than ``stale_after_s`` (a
+        launcher that died before its supervisor recorded anything) may be taken over."""
 
     @abstractmethod
     def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None: ...
@@ -303,7 +328,7 @@ class LocalStateStore(StateStore):
     def delete(self, cluster_id: str) -> None:
         for suffix in (".json", ".stop", ".epochs.jsonl"):
             (self.dir / f"{cluster_id}{suffix}").unlink(missing_ok=True)
-        for path in self.dir.glob(f"{cluster_id}.w*.reads"):
+        for path in [*self.dir.glob(f"{cluster_id}.w*.reads"), *self.dir.glob(f"{cluster_id}.claim*")]:
             path.unlink(missing_ok=True)
 
     def request_stop(self, cluster_id: str) -> None:
@@ -311,6 +336,31 @@ class LocalStateStore(StateStore):
 
     def stop_requested(self, cluster_id: str) -> bool:
         return (self.dir / f"{cluster_id}.stop").exists()
+
+    def clear_stop(self, cluster_id: str) -> None:
+        (self.dir / f"{cluster_id}.stop").unlink(missing_ok=True)
+
+    def claim(self, cluster_id: str, resume: int, owner: str, stale_after_s: float) -> bool:
+        path = self.dir / f"{cluster_id}.claim{int(resume)}"  # not *.json: ids() lists clusters by that
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    taken = json.loads(path.read_text()).get("time", 0)
+                except (OSError, ValueError):
+                    taken = time.time()  # being written: fresh
+                if time.time() - taken <= stale_after_s:
+                    return False
+                try:  # one caller renames the stale claim away; the others find it gone
+                    path.rename(path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.stale"))
+                except FileNotFoundError:
+                    return False
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps({"owner": owner, "time": time.time()}))
+            return True
+        return False
 
     def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None:
         # One short line per append: O_APPEND writes below PIPE_BUF are atomic across processes.
@@ -353,6 +403,7 @@ class IgniteStateStore(StateStore):
     STOPS = "ignite_tf_sys_stops"
     EPOCHS = "ignite_tf_sys_epochs"
     READS = "ignite_tf_sys_reads"
+    CLAIMS = "ignite_tf_sys_claims"
 
     def __init__(self, conn):
         self.conn = conn
@@ -391,6 +442,10 @@ class IgniteStateStore(StateStore):
     def delete(self, cluster_id: str) -> None:
         self._cache(self.CLUSTERS).remove_key(cluster_id)
         self._cache(self.STOPS).remove_key(cluster_id)
+        claims = self._cache(self.CLAIMS)
+        with claims.scan(page_size=256) as cursor:
+            keys = [k for k, _ in cursor if isinstance(k, str) and k.startswith(f"{cluster_id}/")]
+        claims.remove_keys(keys)
         epochs = self._cache(self.EPOCHS)
         n = len(self.epochs(cluster_id))
         epochs.remove_keys([f"{cluster_id}/{i:06d}" for i in range(n)] + [f"{cluster_id}/n"])
@@ -401,6 +456,23 @@ class IgniteStateStore(StateStore):
 
     def stop_requested(self, cluster_id: str) -> bool:
         return self._cache(self.STOPS).get(cluster_id) is not None
+
+    def clear_stop(self, cluster_id: str) -> None:
+        self._cache(self.STOPS).remove_key(cluster_id)
+
+    def claim(self, cluster_id: str, resume: int, owner: str, stale_after_s: float) -> bool:
+        cache, key = self._cache(self.CLAIMS), f"{cluster_id}/{int(resume)}"
+        value = json.dumps({"owner": owner, "time": time.time()})
+        if cache.put_if_absent(key, value):
+            return True
+        old = cache.get(key)
+        try:
+            taken = json.loads(old).get("time", 0) if old else 0
+        except ValueError:
+            taken = 0
+        if old is None or time.time() - taken <= stale_after_s:
+            return False
+        return bool(cache.replace_if_equals(key, old, value))  # one caller replaces the stale claim
 
     def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None:
         cache = self._cache(self.EPOCHS)
