@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from ignite_tf import __version__
@@ -97,12 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the command run in JOB_DIR by every worker (sync) or the chief, then its ARGS")
     start.add_argument("program_args", metavar="ARGS", nargs=argparse.REMAINDER)
 
-    stop = sub.add_parser("stop", parents=[common], help="stop a running cluster")
+    stop = sub.add_parser("stop", parents=[common], help="stop a running cluster, from any host (a request in the "
+                                                         "state store that its supervisor obeys)")
     stop.add_argument("cluster_id", metavar="CLUSTER_ID")
     attach = sub.add_parser("attach", parents=[common], help="stream a running cluster's output")
     attach.add_argument("cluster_id", metavar="CLUSTER_ID")
     attach.add_argument("--from-start", action="store_true", help="print the output from its beginning")
-    ps = sub.add_parser("ps", parents=[common], help="list clusters, or the tasks of one")
+    ps = sub.add_parser("ps", parents=[common], help="list clusters that have not ended (lost ones: no heartbeat for "
+                                                     "a while, on any host), or the tasks of one")
     ps.add_argument("-a", "--all", action="store_true", help="include finished clusters")
     ps.add_argument("cluster_id", metavar="CLUSTER_ID", nargs="?",
                     help="list this cluster's tasks: pid, state, exit, log file, and its run folder")
@@ -244,19 +247,20 @@ def cmd_ps(args, conn) -> int:
     rows = []
     for s in launcher.store.list():
         alive = _observe(launcher, s)
-        if not args.all and not alive:
-            continue
+        if not args.all and s.status.final:
+            continue  # a lost cluster is listed: it has not ended as far as its state says
         running = sum(1 for t in s.tasks if t.live)
         rows.append((s.cluster_id, s.cache, s.mode, f"{running}/{len(s.tasks)}", _status(s, alive), str(s.restarts),
-                     _age(s.age_s)))
-    _table(("CLUSTER ID", "CACHE", "MODE", "TASKS", "STATE", "RESTARTS", "AGE"), rows)
+                     _age(s.age_s), _heartbeat(s)))
+    _table(("CLUSTER ID", "CACHE", "MODE", "TASKS", "STATE", "RESTARTS", "AGE", "HEARTBEAT"), rows)
     return 0
 
 
 def _ps_tasks(launcher, state) -> int:
     """One cluster: a header, then a row per task; the chief's row carries the last reported epoch."""
     alive = _observe(launcher, state)
-    where = f"pid {state.supervisor_pid} on {state.supervisor_host}" if state.supervisor_pid else "not recorded"
+    where = (f"pid {state.supervisor_pid} on {state.supervisor_host}, heartbeat {_heartbeat(state)}"
+             if state.supervisor_pid else "not recorded")
     print(f"cluster {state.cluster_id}: {_status(state, alive)}, {state.mode} mode, cache {state.cache}, "
           f"restarts {state.restarts}, age {_age(state.age_s)}")
     if state.reason:
@@ -282,6 +286,11 @@ def _observe(launcher, state) -> bool:
     if not alive and not state.status.final:
         state.mark_lost()
     return alive
+
+
+def _heartbeat(state) -> str:
+    """How long ago the supervisor last recorded the state (``-`` once the cluster ended)."""
+    return "-" if state.status.final else f"{_age(max(time.time() - state.heartbeat, 0))} ago"
 
 
 def _status(state, alive: bool) -> str:

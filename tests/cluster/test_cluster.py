@@ -16,7 +16,7 @@ import pytest
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.commands import task_command
 from ignite_tf.cluster.spec import ClusterSpec, Role, build_spec, cluster_id_from
-from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
+from ignite_tf.cluster.state import LOST_AFTER_S, ExitCode, LocalStateStore, Status
 from ignite_tf.errors import ConfigError
 from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes
 from tests.support.polling import wait_for
@@ -153,7 +153,8 @@ def test_supervisor_killed_takes_every_task_with_it(ignite_conn, data_cache, run
     started = time.monotonic()
     assert_nothing_left(state.cluster_id, state.run_dir, timeout=10)
     assert time.monotonic() - started < 10
-    assert not launcher.is_alive(launcher.status(state.cluster_id))
+    wait_for(lambda: not launcher.is_alive(launcher.status(state.cluster_id)), timeout=LOST_AFTER_S + 10,
+             what="the supervisor to be found lost by its heartbeat")
 
 
 def test_cli_detach_ps_attach_stop_from_separate_processes(ignite_conn, data_cache, run_root):

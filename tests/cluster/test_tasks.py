@@ -18,7 +18,7 @@ from ignite_tf.cli import build_parser, connection
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.environment import minimal_env, needed_by_runtime, parse_env
 from ignite_tf.cluster.spec import ClusterSpec, build_spec
-from ignite_tf.cluster.state import Status
+from ignite_tf.cluster.state import LOST_AFTER_S, Status
 from ignite_tf.connection import DEFAULT_ADDRESS
 from ignite_tf.errors import ConfigError
 from tests.support.clusters import JOBS, assert_nothing_left
@@ -123,9 +123,11 @@ def test_ps_lists_tasks_then_shows_them_gone_after_the_supervisor_is_killed(igni
 
     os.kill(state.supervisor_pid, signal.SIGKILL)
     assert_nothing_left("ps-tasks", state.run_dir, timeout=30)
+    # Lost once its heartbeat is older than the limit, judged from the state alone (as on any other host).
+    wait_for(lambda: launcher.status("ps-tasks").lost, timeout=LOST_AFTER_S + 10, what="heartbeat to go stale")
     row = next(line for line in ps("-a").stdout.splitlines() if line.startswith("ps-tasks"))
     assert row.split()[3:5] == ["0/2", "lost"]
-    assert "ps-tasks" not in ps().stdout
+    assert next(line for line in ps().stdout.splitlines() if line.startswith("ps-tasks")).split()[3:5] == ["0/2", "lost"]
     lost = ps("ps-tasks").stdout.splitlines()
     assert lost[0].startswith("cluster ps-tasks: lost")
     assert [line.split()[4] for line in lost[-2:]] == ["gone", "gone"]
@@ -133,6 +135,7 @@ def test_ps_lists_tasks_then_shows_them_gone_after_the_supervisor_is_killed(igni
     unknown = ps("no-such-cluster")
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
     assert "no TensorFlow cluster with id 'no-such-cluster'" in unknown.stderr
+    assert launcher.stop("ps-tasks").reason == "supervisor lost"  # recorded stopped: no longer listed
 
 
 def test_cli_default_address_is_the_thin_clients(monkeypatch):

@@ -12,7 +12,7 @@ from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
 from ignite_tf.cluster.run_folder import RunFolder, default_run_root, staging_dir
 from ignite_tf.cluster.spec import build_spec, check_cluster_id, new_cluster_id
-from ignite_tf.cluster.state import ClusterState, StateStore, open_store
+from ignite_tf.cluster.state import ClusterState, StateStore, Status, open_store
 from ignite_tf.cluster.supervision import RestartPolicy, Supervision
 from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
@@ -46,6 +46,14 @@ def release_remote(state: ClusterState) -> None:
         release(state)
 
 
+def run_location_root(run_location: str, cluster_id: str) -> str:
+    """The run root of a run location (``<root>/<cluster_id>``, a folder or an object-store URL)."""
+    location = str(run_location).rstrip("/")
+    if location.rsplit("/", 1)[-1] != cluster_id:
+        raise ConfigError(f"run location {run_location} of cluster {cluster_id} is not <run root>/{cluster_id}")
+    return location[: -len(cluster_id) - 1] or "/"
+
+
 def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
     """A folder is used in place; a zip is unpacked into the run folder's ``job/``."""
     path = Path(job_dir).expanduser().resolve()
@@ -76,7 +84,10 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
 
     :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
     :param workers: default one per Ignite server node (a worker next to each node's data).
-    :param cluster_id: a stable id makes the launch idempotent (a running cluster with that id is returned).
+    :param cluster_id: a stable id names one training: a running cluster with that id is returned (re-attach),
+        so is one that succeeded (its result reused, nothing trained again); one that failed, was stopped or
+        lost its supervisor is resumed from its run's checkpoints, in the same run location. A claim in the
+        state store makes sure that two launches of one id start one supervisor.
     :param plan: a ShardPlan made earlier (e.g. by an upstream Airflow task); else planned here.
     :param supervision: restarts, restart policy, start-up deadline, progress watchdog and grace period
         (``ignite_tf.cluster.supervision.Supervision``; default its defaults). ``max_restarts``,
@@ -104,9 +115,15 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         raise ConfigError(f"JOB_DIR {job['job_dir']} does not exist")
     launcher = launcher or make_launcher(conn)
     existing = launcher.find(cluster_id)
-    if existing is not None and launcher.is_alive(existing):
-        return existing
-    root = run_root or default_run_root()
+    if existing is not None and (launcher.is_alive(existing) or existing.status is Status.SUCCEEDED):
+        return existing  # re-attach to it, or reuse its result: one training per cluster id
+    if existing is not None and not existing.status.final:
+        existing = launcher.release_lost(existing)
+    won = launcher.claim(cluster_id, existing)
+    if won is not None:
+        return won  # another launch started it meanwhile
+    # A cluster that ended without success resumes where it ran: the same run, with its checkpoints.
+    root = run_location_root(existing.run_dir, cluster_id) if existing is not None else run_root or default_run_root()
     store = (launcher.run_store(f"{str(root).rstrip('/')}/{cluster_id}") if is_remote(root)
              else RunStore(str(RunFolder.of(cluster_id, root).path)))
     folder = RunFolder(staging_dir(cluster_id)) if store.remote else RunFolder.of(cluster_id, root)

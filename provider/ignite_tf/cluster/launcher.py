@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +22,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
-from ignite_tf.cluster.procs import pid_alive
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.cluster.supervision import processes
@@ -52,6 +51,9 @@ class LauncherKind(StrEnum):
 
 class Launcher(ABC):
     """Start, watch and stop TensorFlow clusters; the state lives in ``store``."""
+
+    on_lost: Callable[[ClusterState], None] | None = None
+    """``(state) -> None`` for a cluster whose supervisor was lost: deletes what outlives it (pods)."""
 
     def __init__(self, store: StateStore, run_store_conn_id: str | None = None):
         self.store = store
@@ -115,7 +117,43 @@ class Launcher(ABC):
         return state, False
 
     def is_alive(self, state: ClusterState) -> bool:
-        return not state.status.final and not state.heartbeat_stale()
+        """Whether ``state``'s cluster runs: not ended, its supervisor's heartbeat fresher than
+        ``LOST_AFTER_S``; the same answer on every host (no pid is looked at)."""
+        return not state.status.final and not state.lost
+
+    def release_lost(self, state: ClusterState) -> ClusterState:
+        """Record a cluster whose supervisor was lost as stopped (its tasks gone with it); what outlives a
+        supervisor (pods) is deleted by ``on_lost``."""
+        state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor lost", time.time()
+        state.mark_lost()
+        self.store.put(state)
+        if self.on_lost is not None:
+            self.on_lost(state)
+        return state
+
+    claim_stale_s = 600.0
+    """A claim whose launcher never got its supervisor to record a state in this long was given up."""
+    claim_wait_s = 180.0
+    """How long a launch that lost the claim waits for the winner's supervisor to record its state."""
+
+    def claim(self, cluster_id: str, previous: ClusterState | None) -> ClusterState | None:
+        """Before a supervisor of ``cluster_id`` starts (the first, or one that resumes ``previous``): take
+        the claim on it in the state store, so that two launches (two tries of one Airflow task instance)
+        never start two. None: this launch won and starts it; else the state the winner's supervisor
+        recorded, to re-attach to."""
+        resume = 0 if previous is None else previous.resumes + 1
+        if self.store.claim(cluster_id, resume, f"{socket.gethostname()}:{os.getpid()}", self.claim_stale_s):
+            self.store.clear_stop(cluster_id)  # an earlier request stopped the cluster this one resumes
+            return None
+        deadline = time.monotonic() + self.claim_wait_s
+        while time.monotonic() < deadline:
+            state = self.find(cluster_id)
+            if state is not None and (previous is None or state.resumes >= resume):
+                return state
+            time.sleep(0.2)
+        raise IgniteTFError(f"cluster {cluster_id} is being started by another launch, whose supervisor did not "
+                            f"record its state within {self.claim_wait_s:.0f}s; try again after "
+                            f"{self.claim_stale_s:.0f}s, when its claim lapses")
 
     def find(self, cluster_id: str) -> ClusterState | None:
         return self.store.get(cluster_id)
@@ -256,15 +294,13 @@ class SupervisedLauncher(Launcher):
                 _SUPERVISORS.remove(p)
 
     def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
+        """Ask through the state store, from any host: the supervisor that owns the cluster (a local process,
+        a pod) sees the request within ``STORE_POLL_S`` and stops its tasks. One whose heartbeat stopped is
+        lost: its cluster is recorded stopped, and what outlives it (pods) deleted (``on_lost``)."""
         state = self.status(cluster_id)
         if state.status.final:
             return state
         self.store.request_stop(cluster_id)
-        if state.supervisor_pid and pid_alive(state.supervisor_pid):
-            try:
-                os.kill(state.supervisor_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in list(_SUPERVISORS):
@@ -272,16 +308,11 @@ class SupervisedLauncher(Launcher):
             state = self.status(cluster_id)
             if state.status.final:
                 return state
-            if state.supervisor_pid and not pid_alive(state.supervisor_pid):
-                # The supervisor died without recording an end; its tasks died with it (PDEATHSIG).
-                state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor gone", time.time()
-                state.mark_lost()
-                self.store.put(state)
-                if self.on_lost is not None:
-                    self.on_lost(state)
-                return state
+            if state.lost:
+                return self.release_lost(state)
             time.sleep(0.1)
-        raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s")
+        raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s (its supervisor "
+                            f"{state.supervisor_pid} on {state.supervisor_host} heartbeats but has not ended)")
 
     def output(self, cluster_id: str, offset: int = 0) -> tuple[str, int]:
         state = self.status(cluster_id)
@@ -299,13 +330,6 @@ class SupervisedLauncher(Launcher):
         # Hand out whole lines only, so a reader never sees half a line twice.
         cut = data.rfind(b"\n") + 1
         return data[:cut].decode(errors="replace"), offset + cut
-
-    def is_alive(self, state: ClusterState) -> bool:
-        if state.status.final:
-            return False
-        if state.supervisor_pid and state.supervisor_host == os.uname().nodename:
-            return pid_alive(state.supervisor_pid)
-        return not state.heartbeat_stale()
 
 
 class LocalLauncher(SupervisedLauncher):

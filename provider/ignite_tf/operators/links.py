@@ -29,12 +29,36 @@ def page_url(cluster_id: str | None = None, anchor: str | None = None) -> str:
     return url
 
 
-def cluster_id_of(ti_key) -> str:
-    """The id ``TFClusterOperator`` gave the cluster of this task instance (try and map index included)."""
+def first_try_of(ti, retries: int | None = None) -> int:
+    """The first try of ``ti``'s current generation: its tries since it was created or last cleared.
+
+    Airflow sets ``max_tries = try_number + task.retries`` when it clears a task instance (and ``retries`` when
+    it creates one), so the generation began at try ``max_tries - retries + 1``. Without ``max_tries`` (an
+    object that is not a task instance) each try counts as its own generation: never an older try's result.
+    """
+    try_number = max(int(getattr(ti, "try_number", 1) or 1), 1)
+    max_tries = getattr(ti, "max_tries", None)
+    if retries is None:
+        retries = getattr(getattr(ti, "task", None), "retries", None)
+    if max_tries is None or retries is None:
+        return try_number
+    # A DAG whose retries changed since the clear gives a number out of range: keep it within the tries made.
+    return min(max(int(max_tries) - int(retries) + 1, 1), try_number)
+
+
+def task_instance_cluster_id(dag_id: str, run_id: str, task_id: str, map_index: int, first_try: int) -> str:
+    """The id of a task instance's cluster: dag, run, task, map index and generation (``first_try_of``), the
+    same for every retry, so that a retry re-attaches to or resumes its cluster; new after a clear or in a new
+    run. ``TFClusterOperator`` and these links both use it."""
     from ignite_tf.cluster.spec import cluster_id_from
 
-    return cluster_id_from(ti_key.dag_id, ti_key.run_id, ti_key.task_id, ti_key.try_number,
-                           getattr(ti_key, "map_index", -1))
+    return cluster_id_from(dag_id, run_id, task_id, map_index, f"g{int(first_try)}")
+
+
+def cluster_id_of(ti, retries: int | None = None) -> str:
+    """The cluster id of the task instance ``ti`` (Airflow's runtime TaskInstance, or a key with its fields)."""
+    return task_instance_cluster_id(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1),
+                                    first_try_of(ti, retries))
 
 
 class ClusterPageLink(BaseOperatorLink):

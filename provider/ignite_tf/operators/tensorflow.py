@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -11,15 +12,19 @@ from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.contract import Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, DEFAULT_POLL_INTERVAL
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
-from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink
+from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink, first_try_of, task_instance_cluster_id
 
 
 class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     """Start a TF cluster over ``cache`` and wait for it to finish.
 
-    The cluster id comes from (dag_id, run_id, task_id, try number, map index), so running this task again
-    in the same try (a scheduler restart) re-attaches to the running cluster instead of starting a second
-    one; a new try first stops what the previous try left running.
+    One cluster per task instance across its tries: the cluster id comes from (dag_id, run_id, task_id, map
+    index, generation), the generation being the first try since the task instance was created or cleared
+    (``ignite_tf.operators.links.first_try_of``). A retry (``retries``) therefore finds its cluster: it
+    re-attaches to one that still runs, reuses the result of one that succeeded (nothing is trained again),
+    and resumes one that failed, was stopped or lost its supervisor from its run's checkpoints, in the same
+    run location. Clearing the task (or a new DAG run) starts a fresh cluster. A claim in the state store
+    keeps two tries from starting two clusters.
 
     :param cache: cache with the training data (templated).
     :param entry_point: ``module:function`` returning a compiled tf_keras model (the runtime trains it); give
@@ -104,18 +109,21 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
-        from ignite_tf.cluster.spec import cluster_id_from
-
+        """This task instance's cluster id (``links.task_instance_cluster_id``). ``try_number`` is ignored:
+        every try of a generation shares the id."""
+        if try_number is not None:
+            warnings.warn("TFClusterOperator.cluster_id_for(try_number=) is deprecated and ignored: the cluster "
+                          "id is the same for every try of a task instance", DeprecationWarning, stacklevel=2)
         ti = context["ti"]
-        try_number = ti.try_number if try_number is None else try_number
-        return cluster_id_from(context["dag"].dag_id, context["run_id"], self.task_id, try_number,
-                               getattr(ti, "map_index", -1))
+        return task_instance_cluster_id(context["dag"].dag_id, context["run_id"], self.task_id,
+                                        getattr(ti, "map_index", -1), first_try_of(ti, self.retries))
 
     def labels_for(self, context) -> dict[str, str]:
         """The Airflow task behind the cluster, kept in its state (``ps``, the ignite-tf page)."""
         ti = context["ti"]
         return {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
-                "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1))}
+                "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1)),
+                "first_try": str(first_try_of(ti, self.retries))}
 
     def job(self) -> dict[str, Any]:
         if self.command:
@@ -142,10 +150,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         launcher = make_launcher(self.conn, kind=self.launcher,
                                  kubernetes=as_dict(self.kubernetes) if self.kubernetes else None,
                                  run_store_conn_id=self.run_store_conn_id)
-        try_number = context["ti"].try_number
-        if try_number and try_number > 1:
-            self._stop_if_running(launcher, self.cluster_id_for(context, try_number - 1))
         cluster_id = self._cluster_id = self.cluster_id_for(context)
+        self._log_launch(launcher, cluster_id)
         plan = ShardPlan.from_dict(as_dict(self.plan)) if self.plan else None
         state = start_cluster(
             self.cache, self.job(), conn=self.conn, mode=Mode.parse(self.mode),
@@ -156,6 +162,10 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
                       len(state.tasks), state.run_dir)
         context["ti"].xcom_push(key="cluster_id", value=cluster_id)
+        if state.status.final and self.wait_for_completion:  # an earlier try's cluster succeeded: its result
+            from ignite_tf.triggers.cluster_events import event_for
+
+            return self.execute_complete(context, event_for(state, launcher))
         if not self.wait_for_completion:
             return {"cluster_id": cluster_id, "status": state.status.value, "run_dir": state.run_dir}
         if self.deferrable:
@@ -172,6 +182,23 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         from ignite_tf.triggers.cluster_events import event_for
 
         return self.execute_complete(context, event_for(final, launcher))
+
+    def _log_launch(self, launcher, cluster_id: str) -> None:
+        """Say what this try does with its task instance's cluster: start, re-attach, reuse or resume."""
+        found = launcher.find(cluster_id)
+        if found is None:
+            self.log.info("starting TensorFlow cluster %s", cluster_id)
+        elif launcher.is_alive(found):
+            self.log.info("re-attaching to TensorFlow cluster %s, still running (started by try %s)", cluster_id,
+                          found.labels.get("try_number", "?"))
+        elif found.status.value == "succeeded":
+            self.log.info("TensorFlow cluster %s already succeeded (try %s): its result is reused, nothing is "
+                          "trained again; clear the task to train afresh", cluster_id,
+                          found.labels.get("try_number", "?"))
+        else:
+            self.log.info("resuming TensorFlow cluster %s from its checkpoints in %s (it %s%s)", cluster_id,
+                          found.run_dir, "was lost" if not found.status.final else found.status.value,
+                          f": {found.reason}" if found.reason else "")
 
     def on_kill(self) -> None:
         if self._cluster_id:

@@ -86,6 +86,8 @@ class DagSpec:
     tasks: tuple[TaskSpec, ...]
     params: dict[str, ParamSpec] = field(default_factory=dict)
     doc_md: str = ""
+    default_args: dict[str, Any] = field(default_factory=dict)
+    """Airflow's task settings for every task (the spec's top-level ``retries``...), besides the owner."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,9 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
         job = {"command": training.argv(sys.executable), "job_dir": str(training.job_dir)}
         recorded = {"command": list(training.command)}
+    def policy(stage: str) -> dict[str, Any]:  # a stage's own task settings; the DAG's default_args hold the rest
+        return config.task_policy[stage].default_args() if stage in config.task_policy else {}
+
     tasks = [
         TaskSpec("load", f"{OPERATORS}.ignite.IgniteLoadOperator",
                  {**conn, "cache": config.cache, "key": config.key, **load_source}),
@@ -218,12 +223,12 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
                  {**conn, **run, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode,
                   "workers": workers,
-                  "ps": _param("ps", params, training.ps), "deferrable": True,
+                  "ps": _param("ps", params, training.ps), "deferrable": training.deferrable,
                   **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
                   **({"env": list(training.env)} if training.env else {}), **job,
                   **({"py_modules": [str(m) for m in training.py_modules]} if training.py_modules else {}),
                   **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
-                  **({"kubernetes": training.kubernetes} if training.kubernetes else {})},
+                  **({"kubernetes": training.kubernetes} if training.kubernetes else {}), **policy("training")},
                  after=("validation_gate",)),
     ]
     if config.publish is not None:
@@ -234,22 +239,25 @@ def render(config: PipelineConfig) -> list[DagSpec]:
              "registry_root": pub.registry_root, "model": pub.model, "training": Ref("train"),
              "validation": Ref("validation_gate"), "partition_map": Ref("partitions"),
              "thresholds": {k: list(v) for k, v in pub.thresholds.items()}, "tolerance": pub.tolerance,
-             "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded}}))
+             "training_params": {"spec": config.file.name, "mode": mode, "workers": workers, **recorded},
+             **policy("publish")}))
     schedule: str | NamedAsset | None = (NamedAsset(config.schedule_asset) if config.schedule_asset
                                          else config.schedule)
+    default_args = policy("")
     dags = [DagSpec(config.dag_id, config.description or f"ignite-tf pipeline from {config.file.name}", schedule,
-                    config.tags, config.owner, tuple(tasks), params, _doc(config))]
+                    config.tags, config.owner, tuple(tasks), params, _doc(config), default_args)]
     if config.inference is not None and config.publish is not None:
         inf, pub = config.inference, config.publish
         score = TaskSpec("score", f"{OPERATORS}.inference.BatchInferenceOperator",
                          {**conn, "registry_root": pub.registry_root, "model": pub.model,
-                          "input_cache": inf.input_cache, "output_cache": inf.output_cache, "shards": inf.shards},
+                          "input_cache": inf.input_cache, "output_cache": inf.output_cache, "shards": inf.shards,
+                          **policy("inference")},
                          expand={"shard": list(range(inf.shards))})
         dags.append(DagSpec(f"{config.dag_id}_inference",
                             f"Score {inf.input_cache} into {inf.output_cache} with each new production "
                             f"'{pub.model}' model", ModelAsset(pub.registry_root, pub.model),
                             tuple(dict.fromkeys((*config.tags, "inference"))), config.owner, (score,),
-                            doc_md=_doc(config)))
+                            doc_md=_doc(config), default_args=default_args))
     return dags
 
 
@@ -285,7 +293,7 @@ def build_dag(spec: DagSpec, fileloc: str | None = None):
         schedule = [Asset(uri=value) if "://" in value else Asset.ref(name=value)]
     dag = DAG(
         dag_id=spec.dag_id, description=spec.description, schedule=schedule, tags=list(spec.tags),
-        default_args={"owner": spec.owner}, catchup=False, doc_md=spec.doc_md,
+        default_args={"owner": spec.owner, **spec.default_args}, catchup=False, doc_md=spec.doc_md,
         params={name: Param(p.default, description=p.description, **p.schema) for name, p in spec.params.items()},
         # Registered by load_dags only once fully built: a spec that fails half-way leaves no broken DAG behind.
         auto_register=False,

@@ -88,6 +88,8 @@ def _describe(error) -> tuple[str, str]:
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         what = sub.get("properties", {}).get(missing, {}).get("description", "")
         return (field_path(path, missing), f"is required{f' ({what})' if what else ''}")
+    if kind == "pattern" and allowed and "number" in _types(sub):  # a duration: seconds or text with units
+        return (path, f"{value!r} is not allowed: {allowed}")
     if kind in ("type", "pattern") and ("integer" in _types(sub) or "number" in _types(sub)):
         want = "an integer" if "integer" in _types(sub) else "a number"
         return (path, f"expected {want} (or a ${{ENV}} reference), got {value!r}")

@@ -25,15 +25,11 @@ from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.supervision.settings import Supervision, SupervisionError
 from ignite_tf.connection import DEFAULT_CONN_ID
 from ignite_tf.contract import Mode
-from ignite_tf.defaults import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_EPOCHS,
-    DEFAULT_LABEL_COLUMN,
-    default_registry_root,
-)
+from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, default_registry_root
 from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
+from ignite_tf.pipeline.task_policy import TaskPolicy, task_policies
 from ignite_tf.plan.shards import Reshuffle
 from ignite_tf.public_api import renamed
 
@@ -127,6 +123,8 @@ class TrainingConfig:
     own module."""
     kubernetes: dict[str, Any] | None = None
     """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
+    deferrable: bool = True
+    """The training task waits in the triggerer (no worker slot held); false: in its worker."""
 
     def __post_init__(self):
         try:
@@ -241,6 +239,8 @@ class PipelineConfig:
     shard_plan: ShardPlanConfig = field(default_factory=ShardPlanConfig)
     publish: PublishConfig | None = None
     inference: InferenceConfig | None = None
+    task_policy: dict[str, TaskPolicy] = field(default_factory=dict)
+    """Airflow's task settings (``task_policy.py``): ``""`` for every task, else a stage's section name."""
 
     def __post_init__(self):
         if self.schedule is not None:
@@ -357,7 +357,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
             supervision=supervision(t), env=tuple(t.get("env", ())),
             py_modules=tuple(_resolve(base, m) for m in t.get("py_modules", ())),
-            kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None)
+            kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None,
+            deferrable=t.get("deferrable", True))
 
     def publish(p):
         registry_root = p.get("registry_root") or default_registry_root()
@@ -384,7 +385,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
         shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
-        inference=section("inference", inference) if "inference" in doc else None,
+        inference=section("inference", inference) if "inference" in doc else None, task_policy=task_policies(doc),
     )
 
 

@@ -3,7 +3,10 @@
 ``Supervisor(spec, store, backend).run()`` is the whole life of a cluster: it records the state (the launcher
 returns once it is recorded), lets the backend prepare (a fork server; Kubernetes objects), starts every
 task, then polls — a stop request (SIGTERM, the state store, the backend's own reason), each task's
-``Observation``, the policy's ``Decision`` — until the policy finishes the cluster. On its way out every task
+``Observation``, the policy's ``Decision`` — until the policy finishes the cluster. A cluster whose id already has
+a state that ended or was lost (an Airflow retry of the same task instance) is resumed: the tasks go on from
+the run's checkpoints, with attempt numbers above the earlier supervisor's; one whose supervisor still
+heartbeats is refused (never two supervisors of one cluster). On its way out every task
 is stopped (SIGTERM, ``grace_period_s``, then SIGKILL) and the final state is recorded; it returns the
 ``ExitCode``.
 
@@ -31,7 +34,7 @@ from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
 
 HEARTBEAT_S = 2.0
-STORE_POLL_S = 1.0
+STORE_POLL_S = 0.25  # a stop request (``ignite-tf stop``, on_kill, from any host) is seen this fast
 WATCH_EVERY_S = 1.0  # progress reports are read at most this often
 
 
@@ -100,6 +103,7 @@ class Supervisor:
         backend.host = self
         self.terminating = False
         self.attempt = 0
+        self.resumed_from = ""  # how the earlier supervisor's cluster ended, when this one resumes it
         self.attempt_started = time.monotonic()
         self.state = ClusterState(
             cluster_id=spec.cluster_id, cache=spec.cache, mode=spec.mode.value, run_dir=spec.run_location,
@@ -161,7 +165,7 @@ class Supervisor:
         for task in self.spec.tasks:
             self.start_task(task)
         self.attempt_started = time.monotonic()
-        self.state.status = Status.STARTING
+        self.state.status, self.state.attempt = Status.STARTING, self.attempt
         self.save(force=True)
 
     def stop_tasks(self, tasks: list[ClusterTask], grace: float | None = None) -> None:
@@ -180,6 +184,7 @@ class Supervisor:
         limit = self.spec.supervision.max_restarts
         self.state.restarts += 1
         self.attempt += 1
+        self.state.attempt = self.attempt
         self.event(f"{why}: restarting the whole cluster from the latest checkpoint "
                    f"(restart {self.state.restarts}/{limit})")
         self.state.status = Status.RESTARTING
@@ -229,11 +234,34 @@ class Supervisor:
             return
         self.event(f"measured locality: {describe(total, planned)}")
 
+    def take_over(self) -> bool:
+        """Go on from the state an earlier supervisor of this cluster left (it ended, or was lost): attempts
+        above its own, its failures kept. False when that supervisor still heartbeats."""
+        try:
+            previous = self.store.get(self.spec.cluster_id)
+        except Exception:  # noqa: BLE001 - an unreachable store: nothing to go on from
+            return True
+        if previous is None:
+            return True
+        if not previous.status.final and not previous.lost:
+            sys.stdout.write(f"[ignite-tf] cluster {self.spec.cluster_id} is supervised by pid "
+                             f"{previous.supervisor_pid} on {previous.supervisor_host} (heartbeat "
+                             f"{time.time() - previous.heartbeat:.0f}s ago): not starting a second supervisor\n")
+            return False
+        self.attempt = previous.attempt + 1
+        self.state.attempt, self.state.resumes = self.attempt, previous.resumes + 1
+        self.state.started_at, self.state.failures = previous.started_at, list(previous.failures)
+        ended = previous.status.value if previous.status.final else "lost"
+        self.resumed_from = f"{ended}{f': {previous.reason}' if previous.reason else ''}"
+        return True
+
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> ExitCode:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
+        if not self.take_over():
+            return ExitCode.INTERNAL_ERROR
         if self.mirror is not None:
             self.mirror.start()
         try:
@@ -242,6 +270,9 @@ class Supervisor:
                 self.backend.prepare()
             except SetupError as exc:
                 return self._abort(str(exc))
+            if self.resumed_from:
+                self.event(f"cluster {self.spec.cluster_id} resumed (resume {self.state.resumes}) from its "
+                           f"checkpoints in {self.spec.run_location}; it had {self.resumed_from}")
             self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
                        + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
             self.start_all()
