@@ -45,11 +45,17 @@ training:
 
 
 def task_runner(ti_id: str) -> psutil.Process | None:
-    """Airflow's task runner of a task instance: the process titled ``airflow worker -- <ti id>``."""
-    for proc in psutil.process_iter(["cmdline"]):
-        if " ".join(proc.info["cmdline"] or []) == f"airflow worker -- {ti_id}":
+    """Airflow's task runner of a task instance: the process it titles ``airflow worker -- <ti id>``."""
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and title.startswith("airflow worker --") and ti_id in title:
             return proc
     return None
+
+
+def processes_titled(word: str) -> list[str]:
+    return [" ".join(p.info["cmdline"] or [])[:160] for p in psutil.process_iter(["cmdline"])
+            if word in " ".join(p.info["cmdline"] or [])]
 
 
 def sample(launcher, run_id: str, runs: str) -> tuple[set[str], int]:
@@ -89,7 +95,7 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
             clusters = [s for s in launcher.store.list() if s.labels.get("run_id") == run_id]
             if ti["state"] == "running" and clusters and len(clusters[0].epochs) >= 2:
                 runner = task_runner(ti["id"])
-                assert runner is not None, "the training task's runner process was not found"
+                assert runner is not None, (ti["id"], processes_titled("airflow"))
                 os.kill(runner.pid, signal.SIGKILL)
                 killed = (ti["try_number"], clusters[0].cluster_id, len(clusters[0].epochs))
         time.sleep(0.5)
