@@ -177,3 +177,40 @@ def test_a_killed_supervisor_is_found_lost_by_ps_then_resumed(ignite_conn, data_
     assert "it had stopped: supervisor lost" in launcher.output(cid)[0]
     launcher.stop(cid)
     assert_nothing_left(cid, state.run_dir)
+
+
+@pytest.fixture(scope="module")
+def tabular(ignite_conn):
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.etl import load
+
+    load(ignite_conn, "one_cluster_tabular", demo_data.tabular(2000, seed=1), key="id")
+    return "one_cluster_tabular"
+
+
+def test_a_stopped_training_resumes_from_its_checkpoints_not_from_epoch_0(ignite_conn, tabular, run_root, tmp_path):
+    """Real TensorFlow: the cluster is stopped after two epochs (as on_kill or a timeout stops it), then launched
+    again under its id (the retry): the new supervisor's tasks restore the run's backup and train the epochs
+    left from the step where the stop saved them: every epoch is reported once."""
+    launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
+    job = {"entry_point": "ignite_tf.models:tabular_classifier",
+           "args": ["--epochs", "5", "--batch-size", "32", "--label-column", "label", "--learning-rate", "0.02"]}
+
+    def launch():
+        return start_cluster(tabular, job, conn=ignite_conn, launcher=launcher, cluster_id="resumed-training",
+                             mode="sync", workers=2)
+
+    first = launch()
+    wait_for(lambda: len(launcher.store.epochs("resumed-training")) >= 2, timeout=400, what="2 epochs")
+    assert launcher.stop("resumed-training").status is Status.STOPPED
+    before = [e["epoch"] for e in launcher.store.epochs("resumed-training")]
+    resumed = launch()
+    assert resumed.resumes == 1 and resumed.run_dir == first.run_dir
+    final = launcher.wait("resumed-training", timeout=600)
+    assert final.status is Status.SUCCEEDED, launcher.tail("resumed-training", 40)
+    reported = [e["epoch"] for e in final.epochs]
+    assert sorted(set(reported)) == [1, 2, 3, 4, 5], reported
+    assert reported[:len(before)] == before and all(e > max(before) for e in reported[len(before):]), reported
+    assert "resuming at epoch" in launcher.output("resumed-training")[0]
+    assert_nothing_left("resumed-training", final.run_dir)
