@@ -9,6 +9,7 @@ test_cluster.py / test_supervision.py and with pods in test_k8s_*.py; here only 
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -128,7 +129,7 @@ def test_async_worker_alone_ps_the_whole_cluster(tmp_path):
     assert code is ExitCode.SUCCEEDED and backend.starts.count("worker-0") == 1
     assert {t.name: t.restarts for t in state.tasks} == {"chief-0": 0, "worker-0": 0, "worker-1": 1, "ps-0": 0}
     runs = {"chief-0": [Run(0, polls=10)], "ps-0": [Run(SIGKILL, polls=2), Run()]}
-    code, state, backend = supervise(tmp_path, "async", runs)
+    code, state, backend = supervise(tmp_path / "another", "async", runs)  # not a resume of the first cluster
     assert code is ExitCode.SUCCEEDED and backend.starts.count("worker-0") == 2
     assert state.failures[0]["action"] == "restarted the cluster"
 
@@ -227,3 +228,20 @@ def test_a_stop_request_stops_the_plain_cluster(tmp_path):
     assert supervisor.run() is ExitCode.STOPPED
     final = store.get("stopped")
     assert final.status is Status.STOPPED and final.tasks[0].state == "killed"
+
+
+def test_a_second_supervisor_resumes_an_ended_cluster_and_refuses_a_live_one(tmp_path):
+    """The same cluster id and store twice: the second supervisor goes on from the first one's state (attempts
+    above its last, its failures kept); beside a supervisor that still heartbeats it starts nothing."""
+    runs = {"worker-0": [Run(0, polls=5)], "worker-1": [Run(SIGKILL, polls=2), Run(0, polls=5)]}
+    _, first, _ = supervise(tmp_path, "sync", runs)
+    assert first.attempt == 1 and first.resumes == 0 and len(first.failures) == 1
+    code, second, backend = supervise(tmp_path, "sync", {"worker-0": [Run(0, polls=3)], "worker-1": [Run(0, polls=3)]})
+    assert code is ExitCode.SUCCEEDED and second.resumes == 1 and second.attempt == 2
+    assert len(second.failures) == 1 and second.started_at == first.started_at
+    store = LocalStateStore(tmp_path / "state")
+    live = store.get("plain")
+    live.status, live.heartbeat = Status.RUNNING, time.time()
+    store.put(live)
+    code, _, backend = supervise(tmp_path, "sync", {"worker-0": [Run(0)], "worker-1": [Run(0)]})
+    assert code is ExitCode.INTERNAL_ERROR and backend.starts == []
