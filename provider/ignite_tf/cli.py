@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--progress-timeout", type=float, default=SUPERVISION.progress_timeout_s, metavar="SECONDS",
                        help="a task silent this long after its first progress report (steps, ignite_tf.data reads) "
                             f"is a failure; 0 turns the watchdog off (default {SUPERVISION.progress_timeout_s:.0f})")
-    start.add_argument("--id", dest="cluster_id", help="cluster id (default: generated)")
+    start.add_argument("--id", dest="cluster_id",
+                       help="cluster id (default: generated); an id that runs is attached to, one that succeeded "
+                            "is not trained again, one that failed, stopped or was lost resumes from its checkpoints")
     start.add_argument("--detach", action="store_true", help="print the cluster id and return at once")
     start.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
                        help="give every task this variable (repeatable): NAME passes this shell's value, NAME=VALUE "

@@ -19,7 +19,7 @@ from tests.support.airflow_services import wait_parsed
 from tests.support.clusters import assert_nothing_left
 
 DAG_ID = "ignite_tf_retry_reattach"
-EPOCHS = 6
+EPOCHS = 10  # enough that the kill after epoch 2 falls in the training on a quiet machine too
 SUPERVISOR = "ignite_tf.cluster.supervision.processes"
 # The training waits in its worker (deferrable: false), so its task runner lives while the cluster trains.
 SPEC = f"""\
