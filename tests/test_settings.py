@@ -69,6 +69,9 @@ class CapturingLauncher:
     def find(self, cluster_id):
         return None
 
+    def claim(self, cluster_id, previous):
+        return None  # this launch starts the cluster
+
     def launching(self, draft):
         raise Captured(draft)
 
