@@ -214,3 +214,13 @@ def test_a_stopped_training_resumes_from_its_checkpoints_not_from_epoch_0(ignite
     assert reported[:len(before)] == before and all(e > max(before) for e in reported[len(before):]), reported
     assert "resuming at epoch" in launcher.output("resumed-training")[0]
     assert_nothing_left("resumed-training", final.run_dir)
+
+
+def test_a_resume_finds_the_run_root_of_its_run_location():
+    from ignite_tf.cluster.api import run_location_root
+    from ignite_tf.errors import ConfigError
+
+    assert run_location_root("s3://bucket/runs/c-1", "c-1") == "s3://bucket/runs"
+    assert run_location_root("/srv/runs/c-1/", "c-1") == "/srv/runs"
+    with pytest.raises(ConfigError, match="is not <run root>/c-2"):
+        run_location_root("/srv/runs/c-1", "c-2")
