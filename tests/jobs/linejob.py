@@ -1,9 +1,9 @@
 """A user job that prints numbered lines at a steady rate, for tests of how its output reaches a task log.
 
-usage: linejob.py LINES INTERVAL_S [--fail]
+usage: linejob.py LINES INTERVAL_S [EXIT_STATUS]
 
-Each task listens on its TF_CONFIG port like a TF server would and prints ``<task> line <i>/<LINES>`` every
-INTERVAL_S seconds; with ``--fail`` each task exits with status 3 after its last line.
+Each task listens on its TF_CONFIG port like a TF server would, prints ``<task> line <i>/<LINES>`` every
+INTERVAL_S seconds, then exits with EXIT_STATUS (default 0).
 """
 
 import argparse
@@ -16,7 +16,7 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("lines", type=int)
 parser.add_argument("interval", type=float)
-parser.add_argument("--fail", action="store_true")
+parser.add_argument("status", type=int, nargs="?", default=0)
 args = parser.parse_args()
 
 cfg = json.loads(os.environ["TF_CONFIG"])
@@ -30,6 +30,6 @@ server.listen()
 for i in range(1, args.lines + 1):
     print(f"{name} line {i:04d}/{args.lines}", flush=True)
     time.sleep(args.interval)
-if args.fail:
+if args.status:
     print(f"{name} failing on purpose", flush=True)
-    sys.exit(3)
+sys.exit(args.status)
