@@ -200,3 +200,38 @@ def test_the_local_launcher_refuses_an_executor_whose_worker_ends_with_the_task(
     for words in ("train: launcher='local'", refused, "KubernetesExecutor" if "Kube" in executor else "AwsEcsExecutor",
                   "launcher='kubernetes'", "training.launcher: kubernetes", "deferrable=False", "executor="):
         assert words in message, message
+
+
+REFUSED_DAG = """
+from airflow.sdk import DAG
+from ignite_tf.operators.tensorflow import TFClusterOperator
+
+with DAG("ignite_tf_test_refused_launch", schedule=None) as dag:
+    TFClusterOperator(task_id="train", cache={cache!r}, entry_point="ignite_tf.models:tabular_classifier", retries=2)
+"""
+
+
+def test_a_refused_launch_fails_its_task_run_at_once_and_starts_nothing(cache, airflow_conn, monkeypatch, capfd):
+    """A real task run (``dag.test()``: Airflow's task runner calls ``pre_execute``) under KubernetesExecutor."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from ignite_tf.cluster.api import make_launcher
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "test_refused_launch_dag.py"
+    path.write_text(REFUSED_DAG.format(cache=cache))
+    spec = importlib.util.spec_from_file_location(f"dag_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = set(make_launcher(airflow_conn).store.ids())
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "KubernetesExecutor")
+    try:
+        run = module.dag.test()
+    finally:
+        path.unlink()
+    (ti,) = run.get_task_instances()
+    assert ti.state == "failed" and ti.try_number == 1, (ti.state, ti.try_number)  # no retry: it would fail alike
+    log = "".join(capfd.readouterr())  # dag.test() writes the task's log to the console
+    assert "train: launcher='local' with deferrable=True" in log and "cannot work under KubernetesExecutor" in log
+    assert set(make_launcher(airflow_conn).store.ids()) == before, "a refused launch started a cluster"

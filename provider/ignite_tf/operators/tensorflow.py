@@ -63,8 +63,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     :param kubernetes: settings of the Kubernetes launcher (templated): namespace, image, resources,
         service_account, node_selector, tolerations, volumes, labels, placement (see
         ``ignite_tf.cluster.k8s.settings.KubernetesSettings``).
-    :param deferrable: wait in the triggerer (no worker slot held) — the default.
-    :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
+    :param deferrable: wait in the triggerer (no worker slot held) — the default. The task owns its cluster: a
+        user's kill, the deferral's timeout (what is left of ``execution_timeout``) and ``execution_timeout``
+        stop it. With ``launcher='local'`` it needs a worker that outlives the task (refused under
+        KubernetesExecutor and the like: ``ignite_tf.operators.executors``).
+    :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``; the
+        same executor rule applies).
     :param poll_interval: seconds between state polls.
     """
 
