@@ -235,3 +235,45 @@ def test_a_refused_launch_fails_its_task_run_at_once_and_starts_nothing(cache, a
     log = "".join(capfd.readouterr())  # dag.test() writes the task's log to the console
     assert "train: launcher='local' with deferrable=True" in log and "cannot work under KubernetesExecutor" in log
     assert set(make_launcher(airflow_conn).store.ids()) == before, "a refused launch started a cluster"
+
+
+TIMED_OUT_DAG = """
+import sys
+from datetime import timedelta
+
+from airflow.sdk import DAG
+from ignite_tf.operators.tensorflow import TFClusterOperator
+
+with DAG("ignite_tf_test_execution_timeout", schedule=None) as dag:
+    TFClusterOperator(task_id="train", cache={cache!r}, command=[sys.executable, {linejob!r}, "900", "0.1"],
+                      job_dir={jobs!r}, workers=1, deferrable=False, poll_interval=0.5,
+                      execution_timeout=timedelta(seconds=30))
+"""
+
+
+def test_execution_timeout_stops_the_cluster_the_task_waits_for(cache, airflow_conn):
+    """A real task run (``dag.test()``: Airflow's task runner enforces ``execution_timeout`` and calls
+    ``on_kill``) of a task waiting in its worker for a 90 s training."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.cluster.state import Status
+    from tests.support.airflow import xcoms
+
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "test_execution_timeout_dag.py"
+    path.write_text(TIMED_OUT_DAG.format(cache=cache, linejob=str(JOBS / "linejob.py"), jobs=str(JOBS)))
+    spec = importlib.util.spec_from_file_location(f"dag_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        run = module.dag.test()
+    finally:
+        path.unlink()
+    (ti,) = run.get_task_instances()
+    assert ti.state == "failed"
+    cluster_id = xcoms(run.dag_id, run.run_id)[("train", -1, "cluster_id")]
+    state = make_launcher(airflow_conn).status(cluster_id)
+    assert state.status is Status.STOPPED, state.status
+    assert_nothing_left(cluster_id, state.run_dir)
