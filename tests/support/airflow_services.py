@@ -60,6 +60,9 @@ class AirflowServices:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            # A task's calls to the API server: 5 s (the default) is too short for a loaded 2-core machine, where a
+            # timed-out start failed the task before it ran.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             # A killed triggerer's triggers go to a live one once its heartbeat is this old (default 30 s).
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
