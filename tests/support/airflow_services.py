@@ -60,6 +60,11 @@ class AirflowServices:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_logs),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            # A task's calls to the API server: 5 s (the default) is too short for a loaded 2-core machine, where a
+            # timed-out start failed the task before it ran.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+            # A killed triggerer's triggers go to a live one once its heartbeat is this old (default 30 s).
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         })
         self.env.update(env or {})
@@ -79,14 +84,34 @@ class AirflowServices:
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         try:
             for service in SERVICES:
-                with open(self.log(service), "wb") as out:
-                    self.procs[service] = subprocess.Popen([airflow, service], env=self.env, stdout=out,
-                                                           stderr=subprocess.STDOUT, start_new_session=True)
+                self._spawn(service)
             self.wait_healthy(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _spawn(self, service: str) -> None:
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        with open(self.log(service), "ab") as out:
+            self.procs[service] = subprocess.Popen([airflow, service], env=self.env, stdout=out,
+                                                   stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, service: str) -> None:
+        """SIGKILL ``service`` and every process of its session (a crash of its machine or pod, as Airflow sees it)."""
+        proc = self.procs[service]
+        members = [p for p in self.processes() if os.getsid(p.pid) == proc.pid]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+        psutil.wait_procs(members, timeout=30)
+
+    def restart(self, service: str, timeout: float = 240.0) -> None:
+        """Start ``service`` again (after ``kill``) and wait until the services are healthy."""
+        self._spawn(service)
+        self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -10,11 +10,14 @@ Per-epoch metrics are appended by the chief's runtime under their own keys, so t
 the main record and the runtime's metric reports never overwrite each other. Likewise each worker adds what
 its reader measured (rows per serving Ignite node, the share from its own host or Kubernetes node: see
 :mod:`ignite_tf.reader.locality`) under its own key (``add_reads``); ``ClusterState.reads`` holds one
-running total per worker, ``measured_locality`` their sum.
+running total per worker, ``measured_locality`` their sum. Each watcher of a cluster (an Airflow task try
+whose trigger logs the chief's output) keeps how far it has logged under its own key (``watch_offset``), so
+the next instance of its trigger, after a triggerer restart, continues there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -260,6 +263,14 @@ class StateStore(ABC):
     def reads(self, cluster_id: str) -> list[dict[str, Any]]:
         """Every worker's running total of reads, by worker index."""
 
+    @abstractmethod
+    def watch_offset(self, cluster_id: str, watcher: str) -> int:
+        """How much of the chief's output ``watcher`` (an Airflow task's try watching the cluster) has logged."""
+
+    @abstractmethod
+    def set_watch_offset(self, cluster_id: str, watcher: str, offset: int) -> None:
+        """Record ``watcher``'s offset, for the next instance of its trigger (a triggerer restart)."""
+
     def add_reads(self, cluster_id: str, worker: int, epoch: int, record: dict[str, Any]) -> None:
         """Add what worker ``worker`` read in ``epoch`` (a ``ignite_tf.reader.locality.measure`` record) to its
         running total. Each worker writes only its own key, so this read-add-write has a single writer."""
@@ -304,7 +315,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 class LocalStateStore(StateStore):
-    """JSON files under ``state_dir``: ``<id>.json``, ``<id>.stop``, ``<id>.epochs.jsonl``."""
+    """JSON files under ``state_dir``: ``<id>.json``, ``<id>.stop``, ``<id>.epochs.jsonl``, ``<id>.w<N>.reads``,
+    ``<id>.watch-<digest>.offset``."""
 
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir)
@@ -328,8 +340,9 @@ class LocalStateStore(StateStore):
     def delete(self, cluster_id: str) -> None:
         for suffix in (".json", ".stop", ".epochs.jsonl"):
             (self.dir / f"{cluster_id}{suffix}").unlink(missing_ok=True)
-        for path in [*self.dir.glob(f"{cluster_id}.w*.reads"), *self.dir.glob(f"{cluster_id}.claim*")]:
-            path.unlink(missing_ok=True)
+        for pattern in (f"{cluster_id}.w*.reads", f"{cluster_id}.claim*", f"{cluster_id}.watch-*.offset"):
+            for path in self.dir.glob(pattern):
+                path.unlink(missing_ok=True)
 
     def request_stop(self, cluster_id: str) -> None:
         (self.dir / f"{cluster_id}.stop").write_text(str(time.time()))
@@ -395,6 +408,20 @@ class LocalStateStore(StateStore):
                 continue  # removed or being replaced meanwhile
         return sorted(out, key=lambda r: r.get("worker", 0))
 
+    def _watch_path(self, cluster_id: str, watcher: str) -> Path:
+        # A watcher names a DAG run, whose id may hold any character: a digest makes it a file name.
+        digest = hashlib.sha256(watcher.encode()).hexdigest()[:16]
+        return self.dir / f"{cluster_id}.watch-{digest}.offset"
+
+    def watch_offset(self, cluster_id: str, watcher: str) -> int:
+        try:
+            return int(self._watch_path(cluster_id, watcher).read_text())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def set_watch_offset(self, cluster_id: str, watcher: str, offset: int) -> None:
+        _write_atomic(self._watch_path(cluster_id, watcher), str(int(offset)))
+
 
 class IgniteStateStore(StateStore):
     """State in the project's system caches on the Ignite cluster (JSON strings keyed by cluster id)."""
@@ -404,6 +431,7 @@ class IgniteStateStore(StateStore):
     EPOCHS = "ignite_tf_sys_epochs"
     READS = "ignite_tf_sys_reads"
     CLAIMS = "ignite_tf_sys_claims"
+    WATCHES = "ignite_tf_sys_watches"
 
     def __init__(self, conn):
         self.conn = conn
@@ -450,6 +478,10 @@ class IgniteStateStore(StateStore):
         n = len(self.epochs(cluster_id))
         epochs.remove_keys([f"{cluster_id}/{i:06d}" for i in range(n)] + [f"{cluster_id}/n"])
         self._cache(self.READS).remove_keys([f"{cluster_id}/{r['worker']}" for r in self.reads(cluster_id)])
+        prefix = f"{cluster_id}/"
+        with self._cache(self.WATCHES).scan(page_size=256) as cursor:
+            watches = [k for k, _ in cursor if isinstance(k, str) and k.startswith(prefix)]
+        self._cache(self.WATCHES).remove_keys(watches)
 
     def request_stop(self, cluster_id: str) -> None:
         self._cache(self.STOPS).put(cluster_id, str(time.time()))
@@ -501,6 +533,12 @@ class IgniteStateStore(StateStore):
         with self._cache(self.READS).scan(page_size=256) as cursor:
             out = [json.loads(v) for k, v in cursor if isinstance(k, str) and k.startswith(prefix)]
         return sorted(out, key=lambda r: r.get("worker", 0))
+
+    def watch_offset(self, cluster_id: str, watcher: str) -> int:
+        return int(self._cache(self.WATCHES).get(f"{cluster_id}/{watcher}") or 0)
+
+    def set_watch_offset(self, cluster_id: str, watcher: str, offset: int) -> None:
+        self._cache(self.WATCHES).put(f"{cluster_id}/{watcher}", str(int(offset)))
 
     def close(self) -> None:
         if self._client is not None:

@@ -68,8 +68,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     :param kubernetes: settings of the Kubernetes launcher (templated): namespace, image, resources,
         service_account, node_selector, tolerations, volumes, labels, placement (see
         ``ignite_tf.cluster.k8s.settings.KubernetesSettings``).
-    :param deferrable: wait in the triggerer (no worker slot held) — the default.
-    :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``).
+    :param deferrable: wait in the triggerer (no worker slot held) — the default. The task owns its cluster: a
+        user's kill, the deferral's timeout (what is left of ``execution_timeout``) and ``execution_timeout``
+        stop it. With ``launcher='local'`` it needs a worker that outlives the task (refused under
+        KubernetesExecutor and the like: ``ignite_tf.operators.executors``).
+    :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``; the
+        same executor rule applies).
     :param poll_interval: seconds between state polls.
     """
 
@@ -169,14 +173,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         if not self.wait_for_completion:
             return {"cluster_id": cluster_id, "status": state.status.value, "run_dir": state.run_dir}
         if self.deferrable:
-            from ignite_tf.triggers.tf_cluster import TFClusterTrigger
-
-            self.defer(
-                trigger=TFClusterTrigger(cluster_id=cluster_id, ignite_conn_id=self.ignite_conn_id,
-                                         poll_interval=self.poll_interval, run_store_conn_id=self.run_store_conn_id),
-                method_name="execute_complete",
-                timeout=self.execution_timeout or timedelta(days=7),
-            )
+            self.defer(trigger=self.watch_trigger(context, cluster_id), method_name="execute_complete",
+                       timeout=self.deferral_timeout(context))
         final = launcher.wait(cluster_id, poll_s=self.poll_interval,
                               on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
         from ignite_tf.triggers.cluster_events import event_for
@@ -200,11 +198,66 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                           found.run_dir, "was lost" if not found.status.final else found.status.value,
                           f": {found.reason}" if found.reason else "")
 
-    def on_kill(self) -> None:
-        if self._cluster_id:
-            from ignite_tf.cluster.api import make_launcher
+    # The launching task owns its cluster: a user killing it, its deferral timing out and its execution_timeout
+    # stop the cluster (a TFClusterSensor only watches). The methods below are that ownership's part.
 
-            self._stop_if_running(make_launcher(self.conn, run_store_conn_id=self.run_store_conn_id), self._cluster_id)
+    def pre_execute(self, context) -> None:
+        """Refuse, before anything starts, a launch whose cluster cannot outlive this task's worker."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from ignite_tf.operators.executors import refusal
+
+        super().pre_execute(context)
+        why = refusal(self, launcher=self.launcher, deferrable=self.deferrable,
+                      wait_for_completion=self.wait_for_completion)
+        if why:
+            raise AirflowFailException(why)  # no retry: the next try would be refused the same way
+
+    def watch_trigger(self, context, cluster_id: str):
+        """The trigger this task defers to: it logs the chief's output into this try's log and, as the
+        owner's, stops the cluster when a user kills the task."""
+        from ignite_tf.triggers.cluster_events import watcher_of
+        from ignite_tf.triggers.tf_cluster import TFClusterTrigger
+
+        return TFClusterTrigger(cluster_id=cluster_id, ignite_conn_id=self.ignite_conn_id,
+                                poll_interval=self.poll_interval, run_store_conn_id=self.run_store_conn_id,
+                                watcher=watcher_of(context, self.task_id), owns_cluster=True)
+
+    def deferral_timeout(self, context) -> timedelta:
+        """What is left of ``execution_timeout`` since the try started (Airflow applies it only to the task's
+        turns on a worker, not to the deferral), else a week; at least a second."""
+        if self.execution_timeout is None:
+            return timedelta(days=7)
+        from datetime import UTC, datetime
+
+        started = getattr(context["ti"], "start_date", None)
+        spent = datetime.now(UTC) - started if started is not None else timedelta(0)
+        return max(self.execution_timeout - spent, timedelta(seconds=1))
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context):
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            self.stop_owned_cluster(self._cluster_id or self.cluster_id_for(context),
+                                    "the deferral timed out (execution_timeout, or a week without one)")
+            raise
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        self._cluster_id = event.get("cluster_id") or self._cluster_id  # so that on_kill finds it here too
+        return super().execute_complete(context, event)
+
+    def stop_owned_cluster(self, cluster_id: str, why: str) -> None:
+        """Stop the cluster this task launched (nothing to do when it has ended)."""
+        from ignite_tf.cluster.api import make_launcher
+
+        self.log.info("%s: stopping the TensorFlow cluster %s it launched", why, cluster_id)
+        self._stop_if_running(make_launcher(self.conn, run_store_conn_id=self.run_store_conn_id), cluster_id)
+
+    def on_kill(self) -> None:
+        if self._cluster_id:  # Airflow calls on_kill for a user's kill of a running task and for execution_timeout
+            self.stop_owned_cluster(self._cluster_id, "the task was killed or timed out")
 
     def _stop_if_running(self, launcher, cluster_id: str) -> None:
         state = launcher.find(cluster_id)

@@ -16,6 +16,9 @@ from ignite_tf.operators.base import WaitsForCluster
 class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     """Succeeds with the cluster's final metrics; fails with the exit reason and the chief's last lines.
 
+    It only watches: clearing the sensor, marking it failed or successful, or its own timeout never stops the
+    cluster; the task that launched it (or ``ignite-tf stop``) does.
+
     :param cluster_id: the cluster (templated, e.g. ``{{ ti.xcom_pull('train', key='cluster_id') }}``).
     :param ignite_conn_id: connection whose Ignite holds the cluster state.
     :param deferrable: wait in the triggerer (default).
@@ -37,11 +40,13 @@ class TFClusterSensor(WaitsForCluster, BaseSensorOperator):
     def execute(self, context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from ignite_tf.triggers.cluster_events import watcher_of
         from ignite_tf.triggers.tf_cluster import TFClusterTrigger
 
         self.defer(trigger=TFClusterTrigger(cluster_id=self.cluster_id, ignite_conn_id=self.ignite_conn_id,
                                             poll_interval=self.poll_interval,
-                                            run_store_conn_id=self.run_store_conn_id),
+                                            run_store_conn_id=self.run_store_conn_id,
+                                            watcher=watcher_of(context, self.task_id), owns_cluster=False),
                    method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def poke(self, context) -> Any:

@@ -25,6 +25,14 @@ def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None, run_s
     return make_launcher(conn, store=store, run_store_conn_id=run_store_conn_id)
 
 
+def watcher_of(context, task_id: str) -> str:
+    """The watcher a task's trigger records its offset in the chief's output under: the task try, whose log is
+    one set of files (a retry's log gets the chief's output from its start again)."""
+    ti = context["ti"]
+    return "/".join(str(part) for part in (context["dag"].dag_id, context["run_id"], task_id,
+                                           getattr(ti, "map_index", -1), ti.try_number))
+
+
 def event_for(state, launcher) -> dict[str, Any]:
     """The trigger's event for a cluster that has ended (or lost its supervisor)."""
     from ignite_tf.cluster.state import Status

@@ -2,8 +2,18 @@
 
 Polling only reads the state store and the chief's log, so it is idempotent and never starts anything: a
 triggerer restart or a second copy of the trigger just watches the same cluster. The chief's output and the
-per-epoch metrics are logged as they come (they appear in the task's log). ``on_kill`` (a user marking the
-task failed/success or clearing it) stops the cluster.
+per-epoch metrics are logged as they come (they appear in the task's log).
+
+Two things outlive one trigger instance:
+
+- **How far the chief's output was logged.** Airflow re-creates a trigger from the kwargs it was deferred with,
+  so an offset kept in the trigger alone started over after a triggerer restart. The offset of each ``watcher``
+  (one task try: its log is one file set) is kept in the state store after each poll's lines are logged, and
+  the next instance of that watcher's trigger starts there. Recording follows logging, so a triggerer killed
+  in the few milliseconds between the two logs that one poll's lines again rather than skipping them.
+- **Who owns the cluster.** Only the trigger of the task that launched the cluster (``owns_cluster``) stops it
+  when a user kills the task (marks it failed/success or clears it: Airflow calls ``on_kill``); a sensor's
+  trigger only watches.
 """
 
 from __future__ import annotations
@@ -31,11 +41,15 @@ class TFClusterTrigger(BaseTrigger):
     :param poll_interval: seconds between polls.
     :param offset: byte offset of the chief's output already logged.
     :param run_store_conn_id: the ``aws`` connection of an object-store run root (the chief's log is read there).
+    :param watcher: who watches (``watcher_of``: the task try whose log gets the chief's output); its offset is
+        kept in the state store for the next instance of this trigger. None: kept in this instance only.
+    :param owns_cluster: True for the trigger of the task that launched the cluster: a user killing that task
+        stops the cluster. False (a sensor): ``on_kill`` leaves the cluster running.
     """
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = DEFAULT_CONN_ID,
                  state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0,
-                 run_store_conn_id: str | None = None):
+                 run_store_conn_id: str | None = None, watcher: str | None = None, owns_cluster: bool = False):
         super().__init__()
         self.cluster_id = cluster_id
         self.ignite_conn_id = ignite_conn_id
@@ -43,12 +57,15 @@ class TFClusterTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.offset = offset
         self.run_store_conn_id = run_store_conn_id
+        self.watcher = watcher
+        self.owns_cluster = owns_cluster
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{self.__class__.__module__}.{self.__class__.__name__}",
             {"cluster_id": self.cluster_id, "ignite_conn_id": self.ignite_conn_id, "state_dir": self.state_dir,
-             "poll_interval": self.poll_interval, "offset": self.offset, "run_store_conn_id": self.run_store_conn_id},
+             "poll_interval": self.poll_interval, "offset": self.offset, "run_store_conn_id": self.run_store_conn_id,
+             "watcher": self.watcher, "owns_cluster": self.owns_cluster},
         )
 
     @cached_property
@@ -56,27 +73,56 @@ class TFClusterTrigger(BaseTrigger):
         return launcher_for(self.ignite_conn_id, self.state_dir, self.run_store_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        offset = self.offset
+        try:
+            offset = await asyncio.to_thread(self._start_offset)
+        except Exception as exc:  # noqa: BLE001 - an unreachable store ends the watch, as in a poll
+            yield self._watch_failed(exc)
+            return
         while True:
             try:
-                state, alive, text, offset = await asyncio.to_thread(self._poll, offset)
+                state, alive, text, end = await asyncio.to_thread(self._poll, offset)
             except Exception as exc:  # noqa: BLE001 - an unknown cluster or unreachable store ends the watch
-                yield TriggerEvent({"status": "error", "cluster_id": self.cluster_id, "message": str(exc),
-                                    "tail": "", "summary": {}})
+                yield self._watch_failed(exc)
                 return
             for line in text.splitlines():
                 self.log.info("%s", line)
+            if end != offset:
+                offset = end
+                # After the lines are logged: a restart between the two repeats them rather than losing them.
+                await asyncio.to_thread(self._keep_offset, offset)
             if not alive:
                 yield TriggerEvent(event_for(state, self.launcher))
                 return
             await asyncio.sleep(self.poll_interval)
+
+    def _start_offset(self) -> int:
+        """Where this watcher's previous trigger instance stopped logging (a triggerer restart), else ``offset``."""
+        if self.watcher is None:
+            return self.offset
+        return max(self.offset, self.launcher.store.watch_offset(self.cluster_id, self.watcher))
+
+    def _keep_offset(self, offset: int) -> None:
+        self.offset = offset
+        if self.watcher is not None:
+            try:
+                self.launcher.store.set_watch_offset(self.cluster_id, self.watcher, offset)
+            except Exception as exc:  # noqa: BLE001 - losing the offset repeats lines after a restart, no more
+                self.log.warning("could not record how far cluster %s's output was logged: %s", self.cluster_id, exc)
 
     def _poll(self, offset: int):
         state, alive = self.launcher.settled(self.cluster_id)
         text, offset = self.launcher.output(self.cluster_id, offset)
         return state, alive, text, offset
 
+    def _watch_failed(self, exc: Exception) -> TriggerEvent:
+        return TriggerEvent({"status": "error", "cluster_id": self.cluster_id, "message": str(exc), "tail": "",
+                             "summary": {}})
+
     async def on_kill(self) -> None:
+        if not self.owns_cluster:
+            self.log.info("task killed by a user: it only watched TensorFlow cluster %s, which goes on",
+                          self.cluster_id)
+            return
         self.log.info("task killed by a user: stopping TensorFlow cluster %s", self.cluster_id)
         await asyncio.to_thread(self.launcher.stop, self.cluster_id)
 
