@@ -39,11 +39,19 @@ class SetupError(Exception):
     """A backend could not prepare the cluster (its message is the cluster's reason)."""
 
 
+class HandOver(Exception):  # noqa: N818 - an event, not an error
+    """A SIGTERM to a supervisor whose tasks outlive it (``Backend.survives_supervisor``): it is being replaced
+    (its pod deleted), so it leaves the tasks running for its successor instead of stopping them."""
+
+
 class Backend(ABC):
     """Starts, observes and stops the tasks of one cluster; ``host`` (the loop) takes its events."""
 
     poll_s: float = 0.2
     """Seconds between polls."""
+    survives_supervisor: bool = False
+    """The tasks live on when the supervisor goes (pods under a pod supervisor that Kubernetes replaces): a
+    SIGTERM is then a hand-over (``HandOver``), and a stop only a request in the state store."""
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
@@ -83,6 +91,14 @@ class Backend(ABC):
         """A reason to stop that is not a stop request (a pod backend's owner deleted); None to go on."""
         return None
 
+    def adopt(self, previous: ClusterState) -> int | None:
+        """Take over the running tasks of ``previous`` (the recorded state of a supervisor that went away); the
+        cluster attempt to go on from, or None to start the cluster afresh."""
+        return None
+
+    def hand_over(self) -> None:  # noqa: B027 - only backends whose tasks survive the supervisor need it
+        """Leave the tasks to the next supervisor (``survives_supervisor``), before the state is recorded."""
+
     def release(self) -> None:  # noqa: B027 - only backends with objects of their own need it
         """Before the final state is recorded: delete what the cluster made, so whoever sees the end finds
         nothing left."""
@@ -99,6 +115,7 @@ class Supervisor:
         self.policy = Policy(spec)
         backend.host = self
         self.terminating = False
+        self.finishing = False
         self.attempt = 0
         self.attempt_started = time.monotonic()
         self.state = ClusterState(
@@ -199,6 +216,7 @@ class Supervisor:
         self.save(force=True)
 
     def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
+        self.finishing = True
         self.stop_all()
         self.backend.release()
         self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
@@ -237,19 +255,26 @@ class Supervisor:
         if self.mirror is not None:
             self.mirror.start()
         try:
+            adopted = self.take_over()
             self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
             try:
                 self.backend.prepare()
             except SetupError as exc:
                 return self._abort(str(exc))
-            self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
-                       + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
-            self.start_all()
+            if not adopted:
+                self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
+                           + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
+                self.start_all()
             while True:
                 outcome = self.step()
                 if outcome is not None:
                     return outcome
                 time.sleep(self.backend.poll_s)
+        except HandOver:
+            self.event("supervisor replaced: its tasks go on under the next one")
+            self.backend.hand_over()
+            self.publish_logs()
+            return ExitCode.STOPPED
         except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
             self.stop_all(grace=0)
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
@@ -263,6 +288,24 @@ class Supervisor:
             if self.mirror is not None:
                 self.mirror.stop()
             self.save(force=True)
+
+    def take_over(self) -> bool:
+        """Continue the cluster a supervisor left (a pod supervisor's replaced pod): its recorded state, and the
+        tasks the backend adopts (``Backend.adopt``); False: a fresh start."""
+        if not self.backend.survives_supervisor:
+            return False
+        previous = self.store.get(self.spec.cluster_id)
+        if previous is None or previous.status.final:
+            return False
+        attempt = self.backend.adopt(previous)
+        if attempt is None:
+            return False
+        previous.supervisor_pid, previous.supervisor_host = self.state.supervisor_pid, self.state.supervisor_host
+        previous.launcher = {**self.state.launcher, **{k: v for k, v in previous.launcher.items()
+                                                      if k not in self.state.launcher}}
+        self.state, self.attempt = previous, attempt
+        self.attempt_started = time.monotonic()
+        return True
 
     def step(self) -> ExitCode | None:
         self.backend.refresh()
@@ -340,6 +383,7 @@ class Supervisor:
 
     def _abort(self, reason: str) -> ExitCode:
         """End a cluster whose backend could not prepare it: nothing started, what was made is deleted."""
+        self.finishing = True
         self.backend.release()
         self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
         self.state.reason, self.state.finished_at = reason, time.time()
@@ -349,4 +393,8 @@ class Supervisor:
         return ExitCode.INTERNAL_ERROR
 
     def _on_term(self, signum, frame) -> None:
+        if self.backend.survives_supervisor:
+            if not self.finishing and not self.terminating:  # a stop or an end goes on: its clean-up ends us
+                raise HandOver()
+            return
         self.terminating = True
