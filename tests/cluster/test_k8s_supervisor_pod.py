@@ -15,7 +15,6 @@ import json
 import re
 import signal
 import threading
-import time
 import uuid
 
 import pytest
@@ -25,12 +24,14 @@ from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.state import Status
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 from ignite_tf.runstore import LAYOUT, RunStore
-from tests.cluster.test_k8s_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict, deployed  # noqa: F401
+from tests.cluster import test_k8s_training as training
+from tests.cluster.test_k8s_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import cluster_pods
 from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+deployed = training.deployed  # the deployed shape's settings (a fixture)
 
 
 def supervisor_pods(core, ns: str, cid: str) -> list:
@@ -122,3 +123,55 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
         tensorboard_dir=run.path(LAYOUT.tensorboard), metrics=metrics, gate=BlessingGate(thresholds={}))
     predicted = _predict(tmp_path / "registry" / "sup_pod" / result.version / "saved_model", _feature_rows(4))
     assert len(predicted) == 4
+
+
+def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, tmp_path):
+    """Two clusters whose one task never becomes ready (a sleeping command: no TensorFlow), supervised by a pod.
+    The first has `max_runtime: 25`: its pod carries that bound as activeDeadlineSeconds, and the supervisor
+    stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
+    (the state store's request: no signal reaches the supervisor's pod). Both end STOPPED and leave nothing."""
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.cluster.api import start_cluster
+
+    core, ns, conn, run_root, exports = deployed
+    home = tmp_path / "shell"
+    env = _bare_env(exports, home)
+    cache = f"sup_stop_{uuid.uuid4().hex[:6]}"
+    demo_data.tabular(200, seed=1).to_csv(home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    job = {"command": ["python", "-c", "import time; time.sleep(3000)"]}
+
+    def launch(cid: str, **settings):
+        launcher = make_launcher(conn, kind="kubernetes", kubernetes={"namespace": ns, **settings})
+        state = start_cluster(cache, job, conn=conn, workers=1, cluster_id=cid, launcher=launcher,
+                              startup_deadline_s=900, grace_period_s=2)
+        assert state.supervisor_pid == 0 and state.supervisor_host.startswith(f"pod/{ns}/"), state
+        return launcher
+
+    bounded, stopped = f"k8s-maxrt-{uuid.uuid4().hex[:6]}", f"k8s-stop-{uuid.uuid4().hex[:6]}"
+    launcher = launch(bounded, max_runtime=25)
+    launch(stopped)
+    pod = wait_for(lambda: cluster_pods(core, ns, bounded).get("worker-0"), 120, "the bounded cluster's pod")
+    assert 25 < pod.spec.active_deadline_seconds <= 25 + 2 + 60, pod.spec.active_deadline_seconds
+    wait_for(lambda: cluster_pods(core, ns, stopped).get("worker-0"), 120, "the second cluster's pod")
+
+    stop = _cli(["stop", stopped], env=env, cwd=home)
+    out, _ = stop.communicate(timeout=300)
+    assert stop.returncode == 0 and f"{stopped} stopped" in out, out[-3000:]
+
+    def ended(cid):
+        def check():
+            state, alive = launcher.settled(cid)
+            return state if state.status.final and not alive else None
+        return check
+
+    state = wait_for(ended(bounded), 240, f"cluster {bounded} to reach max_runtime", poll=1.0)
+    assert state.status is Status.STOPPED and 25 <= state.age_s < 120, (state.status, state.age_s)
+    chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
+    assert "kubernetes.max_runtime (25s) reached" in chief, chief[-2000:]
+    assert launcher.status(stopped).status is Status.STOPPED
+    for cid in (bounded, stopped):
+        assert_nothing_left(cid, k8s=(core, ns), timeout=120)
