@@ -28,8 +28,9 @@ def _spec(run_dir="/runs/tf-x1", run_store=None):
 def test_the_rbac_file_is_what_the_launcher_creates():
     in_file = list(yaml.safe_load_all((ROOT / supervisor.RBAC_FILE).read_text()))
     made = supervisor.rbac_manifests("training")
-    made[0]["metadata"]["namespace"] = None  # the file's ServiceAccount takes the namespace of `kubectl -n`
-    in_file[0]["metadata"].setdefault("namespace", None)
+    assert [m["kind"] for m in made] == ["ServiceAccount", "Role", "RoleBinding"]  # nothing cluster-wide
+    # The file's subject takes the binding's namespace (`kubectl apply -n NS`); the launcher names it.
+    assert made[2]["subjects"][0].pop("namespace") == "training"
     assert in_file == made
     role = next(m for m in made if m["kind"] == "Role")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}

@@ -1,9 +1,9 @@
 """The pod backend: a cluster's tasks as pods, supervised by the same loop and policy as local processes.
 
-``python -m ignite_tf.cluster.k8s.pods CLUSTER_JSON K8S_JSON`` (started detached by ``KubernetesLauncher``,
-so it outlives the CLI or Airflow task that started it) runs ``Supervisor`` (``ignite_tf.cluster.supervision``)
-with this backend. It creates the cluster's owner ConfigMap, the Secret and the headless Service, then one
-pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
+The supervisor pod (``ignite_tf.cluster.k8s.supervisor``, the default) or ``python -m ignite_tf.cluster.k8s.pods
+CLUSTER_JSON K8S_JSON`` (a detached process on the launching host, ``kubernetes.supervisor: process``) runs
+``Supervisor`` (``ignite_tf.cluster.supervision``) with this backend. It creates the cluster's owner ConfigMap
+and the Secret (for a pod supervisor the launcher made them) and the headless Service, then one pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
 the supervisor's back, evicted, or on a lost node); a pod not up says why (the scheduler's reason for a
 Pending pod, an image that cannot be pulled) for the start-up deadline's message; an OOMKilled pod names its
 limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
@@ -70,8 +70,10 @@ class PodBackend(Backend):
     poll_s = LIST_EVERY_S
 
     def __init__(self, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str, core=None,
-                 owner: dict[str, str] | None = None):
+                 owner: dict[str, str] | None = None, ignite_hosts: dict[str, str] | None = None):
         super().__init__(spec)
+        # Ignite node -> Kubernetes node as the launcher found them (a pod supervisor may not list nodes).
+        self.ignite_hosts = ignite_hosts
         # A pod supervisor is given the root the launcher made ({"name", "uid"}); a detached one makes it.
         self.in_pod = owner is not None
         self.survives_supervisor = self.in_pod
@@ -144,8 +146,8 @@ class PodBackend(Backend):
                        f"{given['limits']['memory']} (estimate {est.quantity()})")
         if plan is not None and not self.placement_done:
             try:
-                hosts = placement.ignite_node_hosts(self.core, list(plan.partition_map.nodes.values()),
-                                                    self.settings, self.namespace)
+                hosts = self.ignite_hosts if self.ignite_hosts is not None else placement.ignite_node_hosts(
+                    self.core, list(plan.partition_map.nodes.values()), self.settings, self.namespace)
             except Exception as exc:  # noqa: BLE001 - without placement the map only serves the measurement
                 if self.settings.placement is not Placement.NONE:
                     raise

@@ -19,7 +19,8 @@ the run store and the final state is recorded.
 
 The supervisor's identity in the cluster is the ServiceAccount ``ignite-tf-supervisor`` with the Role of
 ``docker/k8s/supervisor-rbac.yaml`` (``RBAC``): the launcher creates them when missing, or a team's admin
-applies that file once per namespace.
+applies that file once per namespace. It holds no cluster-wide right: which Kubernetes nodes hold the Ignite
+nodes (placement) the launcher finds and hands over in the root.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ignite_tf.cluster.k8s import objects
-from ignite_tf.cluster.k8s.settings import KubernetesSettings
+from ignite_tf.cluster.k8s import objects, placement
+from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, store_from_env
 from ignite_tf.contract import ENV_STATE_STORE
@@ -51,6 +52,7 @@ HANDED_OVER = 3
 """Exit status of a supervisor that left its tasks to its successor (its pod was deleted)."""
 
 RBAC_FILE = "docker/k8s/supervisor-rbac.yaml"
+# Namespaced only: the nodes next to the Ignite nodes (placement) are found by the launcher, which may read them.
 ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
@@ -59,18 +61,12 @@ ROLE_RULES = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]},
 ]
-CLUSTER_RULES = [
-    # Placement: which Kubernetes node holds each Ignite node (by node, or by Ignite's pods in their namespace).
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-]
 
 
 def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
-    """The supervisor's ServiceAccount, Role and RoleBinding in ``namespace``, and the cluster-wide read of nodes
-    (the same objects as ``docker/k8s/supervisor-rbac.yaml`` for ``namespace``)."""
+    """The supervisor's ServiceAccount, Role and RoleBinding in ``namespace`` (the objects of
+    ``docker/k8s/supervisor-rbac.yaml`` for ``namespace``): nothing cluster-wide, so they go with the namespace."""
     subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
-    cluster_name = f"{SERVICE_ACCOUNT}-nodes"
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": SERVICE_ACCOUNT},
@@ -78,11 +74,6 @@ def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": SERVICE_ACCOUNT},
          "subjects": subject,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": cluster_name},
-         "rules": CLUSTER_RULES},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": f"{cluster_name}-{namespace}"}, "subjects": subject,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name}},
     ]
 
 
@@ -97,9 +88,7 @@ def ensure_rbac(api_client, namespace: str) -> None:
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
     create = {"ServiceAccount": lambda b: core.create_namespaced_service_account(namespace, b),
               "Role": lambda b: rbac.create_namespaced_role(namespace, b),
-              "RoleBinding": lambda b: rbac.create_namespaced_role_binding(namespace, b),
-              "ClusterRole": rbac.create_cluster_role,
-              "ClusterRoleBinding": rbac.create_cluster_role_binding}
+              "RoleBinding": lambda b: rbac.create_namespaced_role_binding(namespace, b)}
     for body in rbac_manifests(namespace):
         try:
             create[body["kind"]](body)
@@ -110,8 +99,8 @@ def ensure_rbac(api_client, namespace: str) -> None:
                 raise ConfigError(
                     f"the Kubernetes launcher may not create the supervisor's {body['kind']} "
                     f"{body['metadata']['name']} in namespace {namespace}: have an admin apply {RBAC_FILE} "
-                    f"(`sed 's/namespace: training/namespace: {namespace}/' {RBAC_FILE} | kubectl apply "
-                    f"-n {namespace} -f -`), or set kubernetes.supervisor: process") from None
+                    f"(`kubectl apply -n {namespace} -f {RBAC_FILE}`), or set kubernetes.supervisor: "
+                    f"process") from None
             raise
 
 
@@ -153,6 +142,28 @@ def deployment_manifest(spec: ClusterSpec, settings: KubernetesSettings, image: 
                      "template": template}}
 
 
+def ignite_hosts(core, spec: ClusterSpec, settings: KubernetesSettings, namespace: str) -> dict[str, str] | None:
+    """Which Kubernetes node holds each Ignite node of the shard plan (``placement.ignite_node_hosts``), found here
+    with the launcher's right to read nodes; None when placement needs none (no plan, or placement ``none``
+    without ``ignite_selector``).
+
+    :raises IgniteTFError: they cannot be listed and the placement needs them.
+    """
+    if not spec.shard_plan_path or (settings.placement is Placement.NONE and not settings.ignite_selector):
+        return None
+    from ignite_tf.plan.shards import ShardPlan
+
+    plan = ShardPlan.load(spec.shard_plan_path)
+    try:
+        return placement.ignite_node_hosts(core, list(plan.partition_map.nodes.values()), settings, namespace)
+    except Exception as exc:  # noqa: BLE001 - with placement none the map only serves the measurement
+        if settings.placement is Placement.NONE:
+            return {}
+        raise IgniteTFError(f"placement {settings.placement.value}: the Kubernetes nodes of the Ignite nodes "
+                            f"could not be found ({str(exc)[:300]}); give the launcher the right to read nodes "
+                            f"(docker/k8s/launcher-rbac.yaml), or set kubernetes.placement: none") from exc
+
+
 def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
           secret_env: dict[str, str]) -> str:
     """Create the root, the Secret and the supervisor's Deployment (replacing a root left under this id);
@@ -163,7 +174,8 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     core = client.CoreV1Api(api_client)
     ensure_rbac(api_client, namespace)
     body = objects.owner_manifest(spec, settings, {"settings": settings.to_dict(), "namespace": namespace,
-                                                   "image": image})
+                                                   "image": image,
+                                                   "ignite_nodes": ignite_hosts(core, spec, settings, namespace)})
     for _ in range(2):
         try:
             made = core.create_namespaced_config_map(namespace, body)
@@ -294,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         if ours:  # before the log mirror starts: it removes from the store what the folder lacks
             run.get_dir(LAYOUT.logs, folder.logs)
     sys.stdout = _Tee(sys.stdout, folder.supervisor_log)
-    backend = PodBackend(spec, settings, namespace, k8s["image"], core=core, owner=owner)
+    backend = PodBackend(spec, settings, namespace, k8s["image"], core=core, owner=owner,
+                         ignite_hosts=k8s.get("ignite_nodes"))
     supervisor = Supervisor(spec, store, backend)
     # A pid means nothing outside this pod: nobody may signal it (stop is a request in the state store).
     supervisor.state.supervisor_pid = 0
