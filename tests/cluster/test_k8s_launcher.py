@@ -271,8 +271,8 @@ def _swallow(fn, *args):
 
 
 def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_namespace):
-    """Real: the apiserver validates docker/k8s/*.yaml (Ignite StatefulSet and Services, the launcher's RBAC)
-    with a server-side dry run; and the example settings parse as KubernetesSettings."""
+    """Real: the apiserver validates docker/k8s/*.yaml (Ignite StatefulSet and Services, the launcher's and the
+    pod supervisor's RBAC) with a server-side dry run; and the example settings parse as KubernetesSettings."""
     from pathlib import Path
 
     import yaml
@@ -281,7 +281,7 @@ def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_nam
     from ignite_tf.cluster.k8s.settings import KubernetesSettings
 
     folder = Path(__file__).resolve().parents[2] / "docker" / "k8s"
-    for name in ("ignite.yaml", "launcher-rbac.yaml"):
+    for name in ("ignite.yaml", "launcher-rbac.yaml", "supervisor-rbac.yaml"):
         docs = [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
         utils.create_from_yaml(k8s_cluster.api, yaml_objects=docs, namespace=k8s_namespace, dry_run="All")
     settings = KubernetesSettings.parse(yaml.safe_load((folder / "training.yaml").read_text()))

@@ -16,7 +16,8 @@ import pytest
 
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.state import ClusterState, ExitCode, LocalStateStore, Status, TaskState, TaskStatus
-from ignite_tf.cluster.supervision.loop import Backend, Supervisor
+from ignite_tf.cluster.supervision.backend import Backend
+from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import AllUp, Finish, GoOn, Observation, Policy, Restart
 
 SIGKILL = -9

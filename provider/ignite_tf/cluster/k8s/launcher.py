@@ -1,8 +1,10 @@
 """KubernetesLauncher: the ``Launcher`` whose tasks are pods (``launcher: kubernetes``).
 
-Like the local launcher it starts a detached supervisor process — the supervision loop with the pod backend
-(``ignite_tf.cluster.k8s.pods``) — and keeps the cluster's state in the same store, so ``ps``,
-``attach``, ``stop``, the operator and the trigger work unchanged. It talks to Kubernetes only through
+Its supervisor — the supervision loop with the pod backend (``ignite_tf.cluster.k8s.pods``) — runs as a pod
+of its own in the cluster's namespace (``ignite_tf.cluster.k8s.supervisor``; ``kubernetes.supervisor:
+process``: a detached process on this host, as the local launcher's) and keeps the cluster's state in the same
+store, so ``ps``, ``attach``, ``stop``, the operator and the trigger work unchanged; ``launch`` returns once the
+supervisor recorded the state, and this process may end at any time after. It talks to Kubernetes only through
 Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
 gets that connection, resolved here, through its environment.
 
@@ -22,13 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-from ignite_tf.cluster.k8s import objects, pods
-from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings
+from ignite_tf.cluster.environment import pass_through
+from ignite_tf.cluster.k8s import objects, pods, supervisor
+from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.cluster.state import ClusterState, StateStore
-from ignite_tf.errors import ConfigError
+from ignite_tf.cluster.state import ClusterState, LocalStateStore, StateStore, Status, store_to_env
+from ignite_tf.errors import ConfigError, IgniteTFError
 
 STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook before its first record
 
@@ -121,6 +124,68 @@ class KubernetesLauncher(SupervisedLauncher):
         objects.with_pod_addresses(spec, namespace, self.settings)
         spec.folder.kubernetes.write_text(json.dumps({
             "settings": self.settings.to_dict(), "namespace": namespace, "image": image}, indent=2))
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.settings.supervisor is SupervisorMode.POD
+
+    def launch(self, spec: ClusterSpec, timeout: float | None = None) -> ClusterState:
+        """With a pod supervisor: the root, the Secret and the supervisor's Deployment; returns once the
+        supervisor pod recorded the state (the tasks may still be starting)."""
+        if not self.in_cluster:
+            return super().launch(spec, timeout)
+        if isinstance(self.store, LocalStateStore):
+            raise ConfigError("kubernetes.supervisor: pod needs the Ignite state store (a connection: "
+                              "IGNITE_TF_ADDRESSES, or the operator's conn_id), which its pod reaches; a local "
+                              "state folder is this host's only: give a connection or set kubernetes.supervisor: "
+                              "process")
+        existing = self.store.get(spec.cluster_id)
+        if existing is not None and not existing.status.final and self.is_alive(existing):
+            return existing  # idempotent: never a second cluster under one id
+        self.prepare(spec)
+        self.save_spec(spec)
+        k8s = json.loads(spec.folder.kubernetes.read_text())
+        hook = kube_hook(self.settings.conn_id)
+        api = hook.api_client
+        uid = supervisor.start(api, spec, self.settings, k8s["namespace"], k8s["image"], self.secret_env(spec))
+        return supervisor.wait_recorded(self.store, hook.core_v1_client, spec, k8s["namespace"], uid,
+                                        self.state_timeout_s if timeout is None else timeout)
+
+    def secret_env(self, spec: ClusterSpec) -> dict[str, str]:
+        """What the cluster's Secret gives the supervisor pod (and every task pod through ``envFrom``): the Ignite
+        connection (the state store's too), the run store's credentials and the user's passed variables; none
+        of this host's paths or settings."""
+        conn = self.conn if self.conn is not None else getattr(self.store, "conn", None)
+        env = conn.to_env() if conn is not None else {}
+        env.update(store_to_env(self.store))
+        if spec.run_store:
+            env.update(self.run_store_env())
+        env.update(pass_through(spec.pass_env, os.environ, source=f"cluster {spec.cluster_id}: env"))
+        return env
+
+    def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
+        """A pod supervisor is asked through the state store only (its pid is its pod's); one that no longer
+        heartbeats is lost, and the cluster's objects are deleted here (``on_lost``)."""
+        state = self.status(cluster_id)
+        if (state.launcher or {}).get("supervisor") != SupervisorMode.POD.value:
+            return super().stop(cluster_id, timeout)
+        if state.status.final:
+            return state
+        self.store.request_stop(cluster_id)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.status(cluster_id)
+            if state.status.final:
+                return state
+            if state.heartbeat_stale():
+                state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor lost", time.time()
+                state.mark_lost()
+                self.store.put(state)
+                if self.on_lost is not None:
+                    self.on_lost(state)
+                return state
+            time.sleep(0.2)
+        raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s")
 
     def supervisor_command(self, spec: ClusterSpec) -> list[str]:
         return [sys.executable, "-m", pods.MODULE, str(spec.folder.spec), str(spec.folder.kubernetes)]

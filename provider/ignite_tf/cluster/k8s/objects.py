@@ -1,9 +1,10 @@
 """The Kubernetes objects of one TensorFlow cluster, as manifests (pure functions of the spec and settings).
 
-One ConfigMap (named after the cluster, holding its spec) owns everything else: a Secret with the Ignite
-connection and the user's passed variables, a headless Service giving every task a stable DNS name
-(``worker-0.<service>.<namespace>.svc``, as Kubeflow's TFJob does), and one pod per task attempt. Deleting
-the ConfigMap garbage-collects the rest.
+One ConfigMap (named after the cluster, holding its spec and the pod backend's settings: the root) owns
+everything else: a Secret with the Ignite connection and the user's passed variables, a headless Service giving
+every task a stable DNS name (``worker-0.<service>.<namespace>.svc``, as Kubeflow's TFJob does), one pod per
+task attempt and the supervisor's Deployment (``ignite_tf.cluster.k8s.supervisor``). Deleting the ConfigMap
+garbage-collects the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ LABEL_CLUSTER = "ignite-tf.io/cluster"
 LABEL_TASK = "ignite-tf.io/task"
 LABEL_ROLE = "ignite-tf.io/role"
 LABEL_ATTEMPT = "ignite-tf.io/attempt"
+LABEL_SUPERVISOR_OF = "ignite-tf.io/supervisor-of"
+"""On the supervisor's pods (not ``LABEL_CLUSTER``, which selects the task pods)."""
+ANNOTATION_CLUSTER_ATTEMPT = "ignite-tf.io/cluster-attempt"
+"""The supervisor's attempt of the whole cluster a pod belongs to (a re-adopting supervisor goes on from it)."""
+SPEC_KEY = "cluster.json"
+SETTINGS_KEY = "kubernetes.json"
 ANNOTATION_MEMORY = "ignite-tf.io/memory-estimate"
 CONTAINER = "task"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -67,10 +74,14 @@ def owner_ref(owner: dict[str, Any]) -> dict[str, Any]:
             "blockOwnerDeletion": True}
 
 
-def owner_manifest(spec: ClusterSpec, settings: KubernetesSettings) -> dict[str, Any]:
+def owner_manifest(spec: ClusterSpec, settings: KubernetesSettings,
+                   backend: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The root; ``backend`` (settings, namespace, image) is what a supervisor pod needs beside the spec."""
+    data = {SPEC_KEY: json.dumps(spec.to_dict(), indent=1)}
+    if backend is not None:
+        data[SETTINGS_KEY] = json.dumps(backend, indent=1)
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": spec.cluster_id, "labels": labels(spec, settings)},
-            "data": {"cluster.json": json.dumps(spec.to_dict(), indent=1)}}
+            "metadata": {"name": spec.cluster_id, "labels": labels(spec, settings)}, "data": data}
 
 
 def secret_manifest(spec: ClusterSpec, settings: KubernetesSettings, env: dict[str, str],
@@ -110,21 +121,31 @@ def resources(settings: KubernetesSettings, memory: str) -> dict[str, dict[str, 
     return {"requests": requests, "limits": limits}
 
 
+def pull_policy(image: str) -> str:
+    return "Never" if image.startswith("localhost/") else "IfNotPresent"
+
+
+def run_volume(spec: ClusterSpec, settings: KubernetesSettings) -> tuple[list[dict], list[dict]]:
+    """The pod volumes and mounts: the user's, and for a folder as run root the run folder at its own path."""
+    volumes = [{**v["volume"]} for v in settings.volumes]
+    mounts = [{**v["mount"]} for v in settings.volumes]
+    if not spec.run_store:  # a run folder on the launching host is shared with the pods; a run store needs nothing
+        run_dir = spec.run_dir
+        run = settings.run_volume or {"hostPath": {"path": run_dir, "type": "DirectoryOrCreate"}}
+        volumes.insert(0, {"name": "run", **run})
+        mounts.insert(0, {"name": "run", "mountPath": run_dir})
+    return volumes, mounts
+
+
 def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespace: str, settings: KubernetesSettings,
                  image: str, owner: dict[str, Any], argv: list[str], cwd: str, env: dict[str, str],
                  node: str | None, memory: str) -> dict[str, Any]:
     """One task attempt's pod. ``restartPolicy: Never``: the supervisor, not the kubelet, decides restarts
     (whole cluster or one worker, by mode), so a failed pod stays as evidence until it is replaced."""
-    volumes = [{**v["volume"]} for v in settings.volumes]
-    mounts = [{**v["mount"]} for v in settings.volumes]
-    if not spec.run_store:  # a run folder on the launching host is shared with the pods; a run store needs nothing
-        run_dir = spec.run_dir
-        run_volume = settings.run_volume or {"hostPath": {"path": run_dir, "type": "DirectoryOrCreate"}}
-        volumes.insert(0, {"name": "run", **run_volume})
-        mounts.insert(0, {"name": "run", "mountPath": run_dir})
+    volumes, mounts = run_volume(spec, settings)
     container = {
         "name": CONTAINER, "image": image,
-        "imagePullPolicy": "Never" if image.startswith("localhost/") else "IfNotPresent",
+        "imagePullPolicy": pull_policy(image),
         "command": ["python", "-m", "ignite_tf.cluster.k8s.entry", cwd, "--", *argv],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())]
         # The pod's own Kubernetes node, against which its reader measures locality (ignite_tf.reader.locality).
@@ -175,10 +196,14 @@ def delete_owner(core, namespace: str, cluster_id: str) -> bool:
         raise
 
 
-def leftovers(core, namespace: str, cluster_id: str) -> list[str]:
-    """The cluster's objects still in the namespace (empty: nothing left)."""
+def leftovers(core, namespace: str, cluster_id: str, supervisor: bool = True) -> list[str]:
+    """The cluster's objects still in the namespace (empty: nothing left); ``supervisor``: its supervisor pods too
+    (False: for the supervisor pod itself, which the root's deletion ends last)."""
     selector = f"{LABEL_CLUSTER}={cluster_id}"
     out = [f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace, label_selector=selector).items]
+    if supervisor:
+        out += [f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(
+            namespace, label_selector=f"{LABEL_SUPERVISOR_OF}={cluster_id}").items]
     out += [f"service/{s.metadata.name}"
             for s in core.list_namespaced_service(namespace, label_selector=selector).items]
     out += [f"secret/{s.metadata.name}"

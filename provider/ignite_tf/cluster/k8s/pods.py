@@ -1,16 +1,17 @@
 """The pod backend: a cluster's tasks as pods, supervised by the same loop and policy as local processes.
 
-``python -m ignite_tf.cluster.k8s.pods CLUSTER_JSON K8S_JSON`` (started detached by ``KubernetesLauncher``,
-so it outlives the CLI or Airflow task that started it) runs ``Supervisor`` (``ignite_tf.cluster.supervision``)
-with this backend. It creates the cluster's owner ConfigMap, the Secret and the headless Service, then one
-pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
+The supervisor pod (``ignite_tf.cluster.k8s.supervisor``, the default) or ``python -m ignite_tf.cluster.k8s.pods
+CLUSTER_JSON K8S_JSON`` (a detached process on the launching host, ``kubernetes.supervisor: process``) runs
+``Supervisor`` (``ignite_tf.cluster.supervision``) with this backend. It creates the cluster's owner ConfigMap
+and the Secret (for a pod supervisor the launcher made them) and the headless Service, then one pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
 the supervisor's back, evicted, or on a lost node); a pod not up says why (the scheduler's reason for a
 Pending pod, an image that cannot be pulled) for the start-up deadline's message; an OOMKilled pod names its
 limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
 behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
-Airflow task log show), so logs outlive the pods; with an object-store run root the supervisor copies those
+Airflow task log show), so logs outlive the pods (a pod supervisor records in the state how many bytes of each
+pod's log it copied, so that its successor goes on from there: ``adopt``); with an object-store run root the supervisor copies those
 files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no volume at all: each works
 in its own staging folder (``objects.POD_RUN_DIR``), fetches the shard plan and the shipped code from the store
 (``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
@@ -37,7 +38,8 @@ from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, store_from_env
-from ignite_tf.cluster.supervision.loop import Backend, SetupError, Supervisor
+from ignite_tf.cluster.supervision.backend import Backend, SetupError
+from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
 from ignite_tf.contract import ENV_JOB_DIR, ENV_RUN_STORE_PROGRESS, ENV_STATE_STORE, STORE_ENV
 from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
@@ -47,6 +49,7 @@ MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
 OWNER_CHECK_S = 2.0
+DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 
 
@@ -67,8 +70,18 @@ class PodBackend(Backend):
 
     poll_s = LIST_EVERY_S
 
-    def __init__(self, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str, core=None):
+    def __init__(self, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str, core=None,
+                 owner: dict[str, str] | None = None, ignite_hosts: dict[str, str] | None = None):
         super().__init__(spec)
+        # Ignite node -> Kubernetes node as the launcher found them (a pod supervisor may not list nodes).
+        self.ignite_hosts = ignite_hosts
+        # A pod supervisor is given the root the launcher made ({"name", "uid"}); a detached one makes it.
+        self.in_pod = owner is not None
+        self.survives_supervisor = self.in_pod
+        self.handed_over = False
+        self.copied: dict[str, int] = {}  # pod name -> bytes of its log copied (recorded: ``followed``)
+        self._following = threading.Event()
+        self._following.set()
         self.settings, self.namespace, self.image = settings, namespace, image
         self.command_for = pod_command
         self.attempts: dict[str, int] = {}
@@ -76,7 +89,7 @@ class PodBackend(Backend):
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
-        self.owner: dict[str, Any] | None = None
+        self.owner: dict[str, Any] | None = owner
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
         self.memory = ""
@@ -96,8 +109,11 @@ class PodBackend(Backend):
         return KubernetesHook(conn_id=self.settings.conn_id).core_v1_client
 
     def launcher_info(self) -> dict[str, Any]:
-        return {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
-                "conn_id": self.settings.conn_id}
+        info = {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
+                "conn_id": self.settings.conn_id, "supervisor": self.settings.supervisor.value}
+        if self.in_pod:
+            info["owner_uid"] = self.owner["uid"]
+        return info
 
     # -- set-up and clean-up -------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -108,11 +124,18 @@ class PodBackend(Backend):
             raise SetupError(f"creating the cluster's Kubernetes objects failed: {_short(exc)}") from exc
 
     def _create_objects(self) -> None:
-        self._create_owner()
+        if not self.in_pod:  # a pod supervisor's launcher made the root and the Secret
+            self._create_owner()
         meta = {"metadata": {"name": self.owner["name"], "uid": self.owner["uid"]}}
-        self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
-            self.spec, self.settings, self.secret_env(), meta))
-        self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings, meta))
+        if not self.in_pod:
+            self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
+                self.spec, self.settings, self.secret_env(), meta))
+        try:
+            self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings,
+                                                                                         meta))
+        except api_exception() as exc:
+            if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
+                raise
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
         self.memory_estimate = est.quantity()
@@ -124,8 +147,8 @@ class PodBackend(Backend):
                        f"{given['limits']['memory']} (estimate {est.quantity()})")
         if plan is not None and not self.placement_done:
             try:
-                hosts = placement.ignite_node_hosts(self.core, list(plan.partition_map.nodes.values()),
-                                                    self.settings, self.namespace)
+                hosts = self.ignite_hosts if self.ignite_hosts is not None else placement.ignite_node_hosts(
+                    self.core, list(plan.partition_map.nodes.values()), self.settings, self.namespace)
             except Exception as exc:  # noqa: BLE001 - without placement the map only serves the measurement
                 if self.settings.placement is not Placement.NONE:
                     raise
@@ -201,7 +224,7 @@ class PodBackend(Backend):
     def _wait_gone(self, timeout: float = GONE_TIMEOUT_S) -> list[str]:
         deadline = time.monotonic() + timeout
         while True:
-            left = objects.leftovers(self.core, self.namespace, self.spec.cluster_id)
+            left = objects.leftovers(self.core, self.namespace, self.spec.cluster_id, supervisor=not self.in_pod)
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
@@ -236,18 +259,30 @@ class PodBackend(Backend):
             if _started(pod) and pod.metadata.name not in self.followers:
                 self._follow(task, pod.metadata.name)
         self._record_placement()
+        if self.in_pod and self.host is not None:
+            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
 
     def _follow(self, task: ClusterTask, name: str) -> None:
+        """Copy the pod's log into the task's log file from where the last supervisor left it (``copied``)."""
         path = self.spec.log_path(task)
+        skip = self.copied.setdefault(name, 0)
 
         def copy():
+            nonlocal skip
             try:
                 resp = self.core.read_namespaced_pod_log(name, self.namespace, container=objects.CONTAINER,
                                                          follow=True, _preload_content=False)
                 with open(path, "ab") as f:
                     for chunk in resp.stream(1024):
+                        if not self._following.is_set():
+                            return  # handed over: the successor copies from ``copied`` on
+                        if skip:
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                            if not chunk:
+                                continue
                         f.write(chunk)
                         f.flush()
+                        self.copied[name] = self.copied.get(name, 0) + len(chunk)
             except Exception as exc:  # noqa: BLE001 - a node without logs (simulated) must not stop us
                 sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
 
@@ -293,6 +328,11 @@ class PodBackend(Backend):
             spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
             owner={"metadata": self.owner}, argv=self.command_for(spec, task),
             cwd=task_cwd(spec, task), env=env, node=node, memory=self.memory)
+        body["metadata"]["annotations"][objects.ANNOTATION_CLUSTER_ATTEMPT] = str(attempt)
+        left = self._runtime_left()
+        if left is not None:  # the pod ends by itself even if no supervisor is left to stop it
+            body["spec"]["activeDeadlineSeconds"] = max(1, int(left + self.spec.supervision.grace_period_s
+                                                                + DEADLINE_MARGIN_S))
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
         return 0
@@ -381,7 +421,15 @@ class PodBackend(Backend):
                 return f"{cs.state.waiting.reason}: {cs.state.waiting.message or ''}".strip(": ")
         return f"{pod.status.phase}, not listening on port {task.port} yet"
 
+    def _runtime_left(self) -> float | None:
+        if not self.settings.max_runtime or self.host is None:
+            return None
+        return self.settings.max_runtime - (time.time() - self.host.state.started_at)
+
     def lost(self) -> str | None:
+        left = self._runtime_left()
+        if left is not None and left <= 0:
+            return f"kubernetes.max_runtime ({self.settings.max_runtime:.0f}s) reached: stopping"
         now = time.monotonic()
         if now - self._owner_checked >= OWNER_CHECK_S:
             self._owner_checked = now
@@ -390,8 +438,38 @@ class PodBackend(Backend):
                         f"deleted: stopping")
         return None
 
+    def adopt(self, previous) -> int | None:
+        """A replaced pod supervisor's cluster: its pods (each task's newest) and how much of their logs is copied;
+        the attempt of the whole cluster to go on from. None: ``previous`` is another root's (a fresh start)."""
+        if not self.in_pod or (previous.launcher or {}).get("owner_uid") != self.owner["uid"]:
+            return None
+        pods = self.core.list_namespaced_pod(self.namespace,
+                                             label_selector=f"{objects.LABEL_CLUSTER}={self.spec.cluster_id}").items
+        attempt = 0
+        for pod in sorted(pods, key=lambda p: int(p.metadata.labels.get(objects.LABEL_ATTEMPT, 0))):
+            task, n = pod.metadata.labels.get(objects.LABEL_TASK), int(pod.metadata.labels.get(objects.LABEL_ATTEMPT, 0))
+            if task is None:
+                continue
+            self.attempts[task], self.current[task] = n, pod.metadata.name
+            attempt = max(attempt, int((pod.metadata.annotations or {}).get(objects.ANNOTATION_CLUSTER_ATTEMPT, 0)))
+        self.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
+        self.placement_done = True  # recorded by the supervisor that placed them
+        self.event(f"supervisor restarted: re-adopting pods {', '.join(sorted(self.current.values())) or '(none)'} "
+                   f"(cluster attempt {attempt})")
+        return attempt
+
+    def hand_over(self) -> None:
+        """Leave the pods to the next supervisor: stop copying logs (it goes on from ``copied``)."""
+        self.handed_over = True
+        self._following.clear()
+        for t in self.followers.values():
+            t.join(timeout=2)
+        if self.host is not None:
+            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+
     def close(self) -> None:
-        self.release()
+        if not self.handed_over:
+            self.release()
 
     def _owner_alive(self) -> bool:
         ApiException = api_exception()

@@ -38,6 +38,27 @@ class Placement(StrEnum):
 DEFAULT_PLACEMENT = Placement.PREFERRED
 
 
+class SupervisorMode(StrEnum):
+    """Where a Kubernetes cluster's supervisor runs."""
+
+    POD = "pod"
+    """A Deployment of one pod in the cluster's namespace: Kubernetes brings it back if it dies, and the new one
+    re-adopts the running task pods from the stored state."""
+    PROCESS = "process"
+    """A detached process on the launching host (it and the training's supervision end with that host)."""
+
+    @classmethod
+    def parse(cls, value: SupervisorMode | str | None) -> SupervisorMode:
+        try:
+            return cls(value or DEFAULT_SUPERVISOR)
+        except ValueError:
+            raise ConfigError(f"kubernetes.supervisor must be one of {[m.value for m in cls]} "
+                              f"(got {value!r})") from None
+
+
+DEFAULT_SUPERVISOR = SupervisorMode.POD
+
+
 @dataclass
 class KubernetesSettings:
     """Settings of the Kubernetes launcher (YAML ``training.kubernetes``, operator ``kubernetes=``).
@@ -65,6 +86,12 @@ class KubernetesSettings:
     :param dns: TF_CONFIG names the pods by their headless Service's DNS names; False (a cluster without a
         DNS add-on, like the local one) makes every task name resolve to 127.0.0.1 (host network, one node).
     :param model_params: parameters of a script's model for the memory estimate (an entry point's are counted).
+    :param supervisor: where the cluster's supervisor runs: a :class:`SupervisorMode` (``pod``, the default: a
+        Deployment of one pod in the namespace, so the training outlives the launching process and the
+        supervisor's own pod; ``process``: a detached process on the launching host, which dies with it).
+    :param max_runtime: seconds a cluster may run in all (restarts included); past it the supervisor stops it
+        and every pod carries the rest as ``activeDeadlineSeconds`` (so pods end even without a supervisor).
+        None: no limit.
     """
 
     namespace: str | None = None
@@ -83,9 +110,16 @@ class KubernetesSettings:
     host_network: bool = False
     dns: bool = True
     model_params: int | None = None
+    supervisor: SupervisorMode = DEFAULT_SUPERVISOR
+    max_runtime: float | None = None
 
     def __post_init__(self):
         self.placement = Placement.parse(self.placement)
+        self.supervisor = SupervisorMode.parse(self.supervisor)
+        if self.max_runtime is not None and (isinstance(self.max_runtime, bool)
+                                             or not isinstance(self.max_runtime, int | float)
+                                             or self.max_runtime <= 0):
+            raise ConfigError(f"kubernetes.max_runtime: seconds > 0 or null (got {self.max_runtime!r})")
         unknown = set(self.resources) - {"requests", "limits"}
         if unknown:
             raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")
@@ -110,4 +144,5 @@ class KubernetesSettings:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["placement"] = self.placement.value
+        data["supervisor"] = self.supervisor.value
         return data

@@ -21,77 +21,19 @@ import signal
 import socket
 import sys
 import time
-from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
+from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
-from ignite_tf.contract import read_progress
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 0.25  # a stop request (``ignite-tf stop``, on_kill, from any host) is seen this fast
 WATCH_EVERY_S = 1.0  # progress reports are read at most this often
-
-
-class SetupError(Exception):
-    """A backend could not prepare the cluster (its message is the cluster's reason)."""
-
-
-class Backend(ABC):
-    """Starts, observes and stops the tasks of one cluster; ``host`` (the loop) takes its events."""
-
-    poll_s: float = 0.2
-    """Seconds between polls."""
-
-    def __init__(self, spec: ClusterSpec):
-        self.spec = spec
-        self.host: Supervisor | None = None
-
-    def launcher_info(self) -> dict[str, Any]:
-        """Where the tasks run beyond this machine, kept in the state (``ClusterState.launcher``)."""
-        return {}
-
-    def event(self, message: str) -> None:
-        if self.host is not None:
-            self.host.event(message)
-
-    def prepare(self) -> None:  # noqa: B027 - a backend with nothing to prepare needs nothing here
-        """Before the first task starts; raise ``SetupError`` to end the cluster with its message."""
-
-    @abstractmethod
-    def start(self, task: ClusterTask, attempt: int) -> int:
-        """Start ``task`` (the cluster's ``attempt``-th start); its pid, 0 where there is none."""
-
-    def refresh(self) -> None:  # noqa: B027 - backends that observe tasks one by one need nothing here
-        """Once per poll, before the tasks are observed."""
-
-    @abstractmethod
-    def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
-        """How ``task`` is now; ``up`` (and ``waiting``) are asked only while it is ``starting``."""
-
-    def progress(self, task: ClusterTask) -> dict[str, Any] | None:
-        """The task's last progress report (the run folder is where every backend's tasks write it)."""
-        return read_progress(self.spec.progress_path(task))
-
-    @abstractmethod
-    def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
-        """End ``tasks`` (SIGTERM, ``grace`` seconds, then SIGKILL) and wait for them; the exit statuses known."""
-
-    def lost(self) -> str | None:
-        """A reason to stop that is not a stop request (a pod backend's owner deleted); None to go on."""
-        return None
-
-    def release(self) -> None:  # noqa: B027 - only backends with objects of their own need it
-        """Before the final state is recorded: delete what the cluster made, so whoever sees the end finds
-        nothing left."""
-
-    def close(self) -> None:  # noqa: B027 - only backends holding something need it
-        """When the supervisor ends, however it ends."""
 
 
 class Supervisor:
@@ -102,6 +44,7 @@ class Supervisor:
         self.policy = Policy(spec)
         backend.host = self
         self.terminating = False
+        self.finishing = False
         self.attempt = 0
         self.resumed_from = ""  # how the earlier supervisor's cluster ended, when this one resumes it
         self.attempt_started = time.monotonic()
@@ -204,6 +147,7 @@ class Supervisor:
         self.save(force=True)
 
     def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
+        self.finishing = True
         self.stop_all()
         self.backend.release()
         self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
@@ -234,16 +178,16 @@ class Supervisor:
             return
         self.event(f"measured locality: {describe(total, planned)}")
 
-    def take_over(self) -> bool:
+    def resume_previous(self, predecessor_gone: bool = False) -> bool:
         """Go on from the state an earlier supervisor of this cluster left (it ended, or was lost): attempts
-        above its own, its failures kept. False when that supervisor still heartbeats."""
+        above its own, its failures kept. False when that supervisor still heartbeats (and is not known gone)."""
         try:
             previous = self.store.get(self.spec.cluster_id)
         except Exception:  # noqa: BLE001 - an unreachable store: nothing to go on from
             return True
         if previous is None:
             return True
-        if not previous.status.final and not previous.lost:
+        if not previous.status.final and not previous.lost and not predecessor_gone:
             sys.stdout.write(f"[ignite-tf] cluster {self.spec.cluster_id} is supervised by pid "
                              f"{previous.supervisor_pid} on {previous.supervisor_host} (heartbeat "
                              f"{time.time() - previous.heartbeat:.0f}s ago): not starting a second supervisor\n")
@@ -260,7 +204,10 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
-        if not self.take_over():
+        adopted = self.adopt_previous()
+        # A replaced pod supervisor's predecessor is gone (its pod is, before this one runs): its state, even
+        # with a fresh heartbeat, is a lost cluster's when none of its tasks could be adopted.
+        if not adopted and not self.resume_previous(predecessor_gone=self.backend.survives_supervisor):
             return ExitCode.INTERNAL_ERROR
         if self.mirror is not None:
             self.mirror.start()
@@ -273,14 +220,20 @@ class Supervisor:
             if self.resumed_from:
                 self.event(f"cluster {self.spec.cluster_id} resumed (resume {self.state.resumes}) from its "
                            f"checkpoints in {self.spec.run_location}; it had {self.resumed_from}")
-            self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
-                       + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
-            self.start_all()
+            if not adopted:
+                self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
+                           + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
+                self.start_all()
             while True:
                 outcome = self.step()
                 if outcome is not None:
                     return outcome
                 time.sleep(self.backend.poll_s)
+        except HandOver:
+            self.event("supervisor replaced: its tasks go on under the next one")
+            self.backend.hand_over()
+            self.publish_logs()
+            return ExitCode.STOPPED
         except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
             self.stop_all(grace=0)
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
@@ -294,6 +247,24 @@ class Supervisor:
             if self.mirror is not None:
                 self.mirror.stop()
             self.save(force=True)
+
+    def adopt_previous(self) -> bool:
+        """Continue the cluster a supervisor left (a pod supervisor's replaced pod): its recorded state, and the
+        tasks the backend adopts (``Backend.adopt``); False: a fresh start."""
+        if not self.backend.survives_supervisor:
+            return False
+        previous = self.store.get(self.spec.cluster_id)
+        if previous is None or previous.status.final:
+            return False
+        attempt = self.backend.adopt(previous)
+        if attempt is None:
+            return False
+        previous.supervisor_pid, previous.supervisor_host = self.state.supervisor_pid, self.state.supervisor_host
+        previous.launcher = {**self.state.launcher, **{k: v for k, v in previous.launcher.items()
+                                                      if k not in self.state.launcher}}
+        self.state, self.attempt = previous, attempt
+        self.attempt_started = time.monotonic()
+        return True
 
     def step(self) -> ExitCode | None:
         self.backend.refresh()
@@ -371,6 +342,7 @@ class Supervisor:
 
     def _abort(self, reason: str) -> ExitCode:
         """End a cluster whose backend could not prepare it: nothing started, what was made is deleted."""
+        self.finishing = True
         self.backend.release()
         self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
         self.state.reason, self.state.finished_at = reason, time.time()
@@ -380,4 +352,8 @@ class Supervisor:
         return ExitCode.INTERNAL_ERROR
 
     def _on_term(self, signum, frame) -> None:
+        if self.backend.survives_supervisor:
+            if not self.finishing and not self.terminating:  # a stop or an end goes on: its clean-up ends us
+                raise HandOver()
+            return
         self.terminating = True

@@ -35,7 +35,8 @@ from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.procs import own_group_dying_with, signal_group
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.state import ExitCode, store_from_env
-from ignite_tf.cluster.supervision.loop import Backend, Supervisor
+from ignite_tf.cluster.supervision.backend import Backend
+from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
 from ignite_tf.contract import ENV_STATE_STORE, TASKBOOT_DIR
 from ignite_tf.ports import listening

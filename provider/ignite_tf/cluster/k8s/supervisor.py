@@ -1,0 +1,323 @@
+"""The pod supervisor (``kubernetes.supervisor: pod``, the default): a cluster's supervisor as a pod of its own.
+
+The launcher (``start``) makes the cluster's root object (the owner ConfigMap, holding the spec and the pod
+backend's settings), its Secret (the Ignite login, the state store, the run store's credentials, the user's
+passed variables) and a Deployment of one supervisor pod, all in the cluster's namespace, then waits until
+that pod records the cluster's state. From then on the launching process (a CLI, an Airflow task, a worker pod
+of KubernetesExecutor) may end or die: nothing of the training depends on it.
+
+Every object (the Secret, the Service, the task pods, the Deployment) is owned by the root ConfigMap, never by
+the supervisor's pod, so deleting the root cascades to everything while a replaced supervisor deletes nothing.
+If the supervisor's pod dies (deleted, evicted, its node lost), the Deployment makes a new one; it waits for
+the old one to be gone, reads the recorded state from the Ignite state store and re-adopts the running task
+pods (``PodBackend.adopt``) without restarting any healthy task; the chief's log goes on where the old one
+stopped copying (``launcher.followed`` in the state). A SIGTERM to the supervisor is a hand-over, not a stop:
+a stop is a request in the state store (``StateStore.request_stop``).
+
+When the cluster ends the supervisor deletes the root (its own Deployment goes with it), after the logs are in
+the run store and the final state is recorded.
+
+The supervisor's identity in the cluster is the ServiceAccount ``ignite-tf-supervisor`` with the Role of
+``docker/k8s/supervisor-rbac.yaml`` (``RBAC``): the launcher creates them when missing, or a team's admin
+applies that file once per namespace. It holds no cluster-wide right: which Kubernetes nodes hold the Ignite
+nodes (placement) the launcher finds and hands over in the root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ignite_tf.cluster.k8s import objects, placement
+from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
+from ignite_tf.cluster.spec import ClusterSpec
+from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, store_from_env
+from ignite_tf.contract import ENV_STATE_STORE
+from ignite_tf.errors import ConfigError, IgniteTFError
+
+MODULE = "ignite_tf.cluster.k8s.supervisor"
+SERVICE_ACCOUNT = "ignite-tf-supervisor"
+CONTAINER = "supervisor"
+CONFIG_DIR = "/etc/ignite-tf/cluster"
+"""Where the root ConfigMap (``objects.SPEC_KEY``, ``objects.SETTINGS_KEY``) is mounted in the supervisor's pod."""
+ENV_POD_NAME = "IGNITE_TF_SUPERVISOR_POD"
+NODE_GONE_S = 30
+"""Seconds before Kubernetes replaces a supervisor whose node is not ready or unreachable (default 300)."""
+HANDED_OVER = 3
+"""Exit status of a supervisor that left its tasks to its successor (its pod was deleted)."""
+
+RBAC_FILE = "docker/k8s/supervisor-rbac.yaml"
+# Namespaced only: the nodes next to the Ignite nodes (placement) are found by the launcher, which may read them.
+ROLE_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
+    # The root ConfigMap: read at start (its uid), deleted at the end; the Secret is only listed (leftovers).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]},
+]
+
+
+def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
+    """The supervisor's ServiceAccount, Role and RoleBinding in ``namespace`` (the objects of
+    ``docker/k8s/supervisor-rbac.yaml`` for ``namespace``): nothing cluster-wide, so they go with the namespace."""
+    subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": SERVICE_ACCOUNT},
+         "rules": ROLE_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": SERVICE_ACCOUNT},
+         "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT}},
+    ]
+
+
+def ensure_rbac(api_client, namespace: str) -> None:
+    """Create what of ``rbac_manifests`` is missing; a launcher without the right to must have them applied.
+
+    :raises ConfigError: the launcher may not create them, and they are not there.
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    create = {"ServiceAccount": lambda b: core.create_namespaced_service_account(namespace, b),
+              "Role": lambda b: rbac.create_namespaced_role(namespace, b),
+              "RoleBinding": lambda b: rbac.create_namespaced_role_binding(namespace, b)}
+    for body in rbac_manifests(namespace):
+        try:
+            create[body["kind"]](body)
+        except ApiException as exc:
+            if exc.status == 409:  # there already (made by us before, or by the team's admin)
+                continue
+            if exc.status == 403:
+                raise ConfigError(
+                    f"the Kubernetes launcher may not create the supervisor's {body['kind']} "
+                    f"{body['metadata']['name']} in namespace {namespace}: have an admin apply {RBAC_FILE} "
+                    f"(`kubectl apply -n {namespace} -f {RBAC_FILE}`), or set kubernetes.supervisor: "
+                    f"process") from None
+            raise
+
+
+def supervisor_name(cluster_id: str) -> str:
+    return f"{objects.service_name(cluster_id)[:52]}-supervisor"
+
+
+def deployment_manifest(spec: ClusterSpec, settings: KubernetesSettings, image: str,
+                        owner: dict[str, Any]) -> dict[str, Any]:
+    """One supervisor pod, replaced by Kubernetes whenever it goes; owned by the root, like every other object."""
+    marks = {**objects.labels(spec, settings), objects.LABEL_SUPERVISOR_OF: spec.cluster_id}
+    marks.pop(objects.LABEL_CLUSTER)  # the cluster's label selects its task pods (the Service, the backend)
+    volumes, mounts = objects.run_volume(spec, settings)
+    container = {
+        "name": CONTAINER, "image": image, "imagePullPolicy": objects.pull_policy(image),
+        "command": ["python", "-m", MODULE, CONFIG_DIR],
+        "env": [{"name": ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "envFrom": [{"secretRef": {"name": objects.secret_name(spec.cluster_id)}}],
+        "volumeMounts": [{"name": "cluster", "mountPath": CONFIG_DIR, "readOnly": True}, *mounts],
+        "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    template = {
+        "metadata": {"labels": marks},
+        "spec": {
+            "serviceAccountName": SERVICE_ACCOUNT, "restartPolicy": "Always", "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 30, "containers": [container],
+            "volumes": [{"name": "cluster", "configMap": {"name": spec.cluster_id}}, *volumes],
+            "tolerations": [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": NODE_GONE_S} for t in ("not-ready", "unreachable")],
+        },
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": supervisor_name(spec.cluster_id), "labels": marks,
+                         "ownerReferences": [objects.owner_ref(owner)]},
+            # Recreate: a new supervisor pod is made once the old one is gone (and main() waits for that too).
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {objects.LABEL_SUPERVISOR_OF: spec.cluster_id}},
+                     "template": template}}
+
+
+def ignite_hosts(core, spec: ClusterSpec, settings: KubernetesSettings, namespace: str) -> dict[str, str] | None:
+    """Which Kubernetes node holds each Ignite node of the shard plan (``placement.ignite_node_hosts``), found here
+    with the launcher's right to read nodes; None when placement needs none (no plan, or placement ``none``
+    without ``ignite_selector``).
+
+    :raises IgniteTFError: they cannot be listed and the placement needs them.
+    """
+    if not spec.shard_plan_path or (settings.placement is Placement.NONE and not settings.ignite_selector):
+        return None
+    from ignite_tf.plan.shards import ShardPlan
+
+    plan = ShardPlan.load(spec.shard_plan_path)
+    try:
+        return placement.ignite_node_hosts(core, list(plan.partition_map.nodes.values()), settings, namespace)
+    except Exception as exc:  # noqa: BLE001 - with placement none the map only serves the measurement
+        if settings.placement is Placement.NONE:
+            return {}
+        raise IgniteTFError(f"placement {settings.placement.value}: the Kubernetes nodes of the Ignite nodes "
+                            f"could not be found ({str(exc)[:300]}); give the launcher the right to read nodes "
+                            f"(docker/k8s/launcher-rbac.yaml), or set kubernetes.placement: none") from exc
+
+
+def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
+          secret_env: dict[str, str]) -> str:
+    """Create the root, the Secret and the supervisor's Deployment (replacing a root left under this id);
+    returns the root's uid, which the supervisor records in the state (``launcher.owner_uid``)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    ensure_rbac(api_client, namespace)
+    body = objects.owner_manifest(spec, settings, {"settings": settings.to_dict(), "namespace": namespace,
+                                                   "image": image,
+                                                   "ignite_nodes": ignite_hosts(core, spec, settings, namespace)})
+    for _ in range(2):
+        try:
+            made = core.create_namespaced_config_map(namespace, body)
+            break
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        objects.delete_owner(core, namespace, spec.cluster_id)  # an earlier cluster's, under this id
+        _wait(lambda: not objects.leftovers(core, namespace, spec.cluster_id), 120,
+              f"the objects of an earlier cluster {spec.cluster_id} to be deleted")
+    else:
+        raise IgniteTFError(f"could not create ConfigMap {spec.cluster_id} in namespace {namespace}")
+    owner = {"metadata": {"name": made.metadata.name, "uid": made.metadata.uid}}
+    core.create_namespaced_secret(namespace, objects.secret_manifest(spec, settings, secret_env, owner))
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace, deployment_manifest(spec, settings, image, owner))
+    return made.metadata.uid
+
+
+def wait_recorded(store: StateStore, core, spec: ClusterSpec, namespace: str, owner_uid: str,
+                  timeout: float) -> ClusterState:
+    """The state the supervisor pod recorded for the root ``owner_uid``; on timeout, why its pod is not up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = store.get(spec.cluster_id)
+        if state is not None and (state.launcher or {}).get("owner_uid") == owner_uid:
+            return state
+        time.sleep(0.2)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{objects.LABEL_SUPERVISOR_OF}={spec.cluster_id}")
+    why = "; ".join(_pod_status(p) for p in pods.items) or "no supervisor pod (see the Deployment's events)"
+    objects.delete_owner(core, namespace, spec.cluster_id)
+    raise IgniteTFError(f"the supervisor pod of cluster {spec.cluster_id} did not record its state in "
+                        f"{timeout:.0f}s: {why}")
+
+
+def _pod_status(pod) -> str:
+    for cs in pod.status.container_statuses or []:
+        if cs.state and cs.state.waiting:
+            return f"pod {pod.metadata.name}: {cs.state.waiting.reason} {cs.state.waiting.message or ''}".strip()
+        if cs.state and cs.state.terminated:
+            return f"pod {pod.metadata.name}: exited {cs.state.terminated.exit_code} ({cs.state.terminated.reason})"
+    return f"pod {pod.metadata.name}: {pod.status.phase}"
+
+
+def _wait(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise IgniteTFError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+# -- in the supervisor's pod ---------------------------------------------------------------------------------
+class _Tee:
+    """The supervisor's output to its pod log and to ``logs/supervisor.log`` (kept in the run store)."""
+
+    def __init__(self, stream, path: Path):
+        self.stream, self.file = stream, open(path, "a", buffering=1)  # noqa: SIM115 - for the process's life
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.stream.flush()
+
+
+def in_cluster_core():
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    return client.CoreV1Api()
+
+
+def wait_alone(core, namespace: str, cluster_id: str, me: str, timeout: float = 120.0) -> None:
+    """Until no other supervisor pod of this cluster runs (a deleted predecessor finishing its hand-over)."""
+    def alone():
+        pods = core.list_namespaced_pod(namespace,
+                                        label_selector=f"{objects.LABEL_SUPERVISOR_OF}={cluster_id}").items
+        return not [p for p in pods if p.metadata.name != me and p.status.phase in ("Pending", "Running")]
+
+    _wait(alone, timeout, f"the previous supervisor pod of {cluster_id} to end")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ignite_tf.cluster.k8s.supervisor CONFIG_DIR``: the supervisor pod's process.
+
+    Exits 0 once the cluster's end is recorded (whatever the outcome), ``HANDED_OVER`` when its pod was deleted
+    while the cluster runs (its successor goes on)."""
+    from ignite_tf.cluster.k8s.pods import PodBackend
+    from ignite_tf.cluster.supervision.loop import Supervisor
+    from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
+
+    argv = sys.argv[1:] if argv is None else argv
+    config = Path(argv[0] if argv else CONFIG_DIR)
+    spec = ClusterSpec.from_dict(json.loads((config / objects.SPEC_KEY).read_text()))
+    k8s = json.loads((config / objects.SETTINGS_KEY).read_text())
+    namespace, settings = k8s["namespace"], KubernetesSettings.parse(k8s["settings"])
+    store = store_from_env()
+    if store is None:
+        print(f"error: no state store configured ({ENV_STATE_STORE}; the cluster's Secret gives it)", file=sys.stderr)
+        return int(ExitCode.INTERNAL_ERROR)
+    core = in_cluster_core()
+    try:
+        root = core.read_namespaced_config_map(spec.cluster_id, namespace)
+    except Exception as exc:  # noqa: BLE001 - no root: the cluster was deleted while this pod started
+        print(f"the root ConfigMap {spec.cluster_id} is not readable ({str(exc)[:200]}): nothing to supervise")
+        return 0
+    owner = {"name": root.metadata.name, "uid": root.metadata.uid}
+    wait_alone(core, namespace, spec.cluster_id, os.environ.get(ENV_POD_NAME, ""))
+    previous = store.get(spec.cluster_id)
+    ours = previous is not None and (previous.launcher or {}).get("owner_uid") == owner["uid"]
+    if ours and previous.status.final:  # ended, and this pod came back before the root was deleted
+        objects.delete_owner(core, namespace, spec.cluster_id)
+        return 0
+    if spec.run_store:  # the launching host's staging folder means nothing here: this pod's own
+        staging = RunFolder(Path(objects.POD_RUN_DIR) / "supervisor" / spec.cluster_id)
+        spec = dataclasses.replace(spec, run_dir=str(staging.path),
+                                   shard_plan_path=str(staging.shard_plan) if spec.shard_plan_path else None)
+    folder = spec.folder
+    folder.logs.mkdir(parents=True, exist_ok=True)
+    if spec.run_store:  # what an earlier supervisor copied to the store
+        run = RunStore(spec.run_store)
+        if spec.shard_plan_path:
+            Path(spec.shard_plan_path).parent.mkdir(parents=True, exist_ok=True)
+            run.get_file(LAYOUT.shard_plan, spec.shard_plan_path)
+        if ours:  # before the log mirror starts: it removes from the store what the folder lacks
+            run.get_dir(LAYOUT.logs, folder.logs)
+    sys.stdout = _Tee(sys.stdout, folder.supervisor_log)
+    backend = PodBackend(spec, settings, namespace, k8s["image"], core=core, owner=owner,
+                         ignite_hosts=k8s.get("ignite_nodes"))
+    supervisor = Supervisor(spec, store, backend)
+    # A pid means nothing outside this pod: nobody may signal it (stop is a request in the state store).
+    supervisor.state.supervisor_pid = 0
+    supervisor.state.supervisor_host = f"pod/{namespace}/{os.environ.get(ENV_POD_NAME, '?')}"
+    try:
+        supervisor.run()
+    finally:
+        store.close()
+    return HANDED_OVER if backend.handed_over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

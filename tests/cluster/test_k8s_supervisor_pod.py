@@ -1,0 +1,177 @@
+"""The pod supervisor on the local Kubernetes: a training outlives the process that launched it and the
+supervisor's own pod.
+
+Real: the control plane and its controllers (the Deployment's ReplicaSet brings the deleted supervisor pod
+back, the garbage collector deletes what the root owned), CoreDNS, the kubelet running the task image on the
+real node (the supervisor and TensorFlow in containers), Ignite as the pods of docker/k8s/ignite.yaml (the
+state store the supervisor pod reaches at their pod addresses, with the login from the cluster's Secret), the
+run root on the cluster's object store (s3proxy), the `ignite-tf` CLI as its own process. Simulated: nothing;
+the failures are made by hand (SIGKILL of the CLI, deletion of the supervisor's pod).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import threading
+import uuid
+
+import pytest
+
+from ignite_tf.cluster.api import make_launcher
+from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.state import Status
+from ignite_tf.registry.publish import BlessingGate, ModelRegistry
+from ignite_tf.runstore import LAYOUT, RunStore
+from tests.cluster import test_k8s_training as training
+from tests.cluster.test_k8s_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
+from tests.support.clusters import assert_nothing_left
+from tests.support.k8s_launch import cluster_pods
+from tests.support.polling import wait_for
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+deployed = training.deployed  # the deployed shape's settings (a fixture)
+
+
+def supervisor_pods(core, ns: str, cid: str) -> list:
+    """The cluster's supervisor pods that are not being deleted."""
+    pods = core.list_namespaced_pod(ns, label_selector=f"{objects.LABEL_SUPERVISOR_OF}={cid}").items
+    return [p for p in pods if not p.metadata.deletion_timestamp]
+
+
+def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_path):
+    """`ignite-tf start --launcher kubernetes` (sync, 2 workers, `max_runtime` through --k8s) is SIGKILLed as soon
+    as the cluster's state is recorded; after the first epoch the supervisor's pod is deleted (default grace).
+    Kubernetes makes a new supervisor pod, which re-adopts the task pods: no task restarts (every task pod is
+    the first one), the epochs recorded are the epochs asked, each once, and the chief's log in the run store
+    has each epoch's line once (nothing lost or copied twice at the hand-over); the cluster succeeds, the
+    model saved in the run store is published and loads, every pod carried the bounded lifetime
+    (activeDeadlineSeconds), and nothing of the cluster is left, its logs kept in the run store."""
+    from ignite_tf_dev import demo_data
+
+    core, ns, conn, run_root, exports = deployed
+    epochs = 6
+    cache = f"sup_pod_{uuid.uuid4().hex[:6]}"
+    cid = f"k8s-sup-{uuid.uuid4().hex[:6]}"
+    home = tmp_path / "launcher"
+    env = _bare_env(exports, home)
+    demo_data.tabular(1200, seed=5).to_csv(home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    (home / "job").mkdir()
+    (home / "job" / "train.py").write_text(TRAIN_PY)
+    start = _cli(["start", "--launcher", "kubernetes", "--namespace", ns, "--k8s", json.dumps({"max_runtime": 3000}),
+                  "--workers", "2", "--id", cid, "--startup-deadline", "900", cache, "job", "python", "train.py",
+                  "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "32", "--label", "label",
+                  "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=home)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(start.stdout), daemon=True)
+    reader.start()
+    launcher = make_launcher(conn)
+    try:
+        wait_for(lambda: start.poll() is None and launcher.find(cid), 600, "the launch to be recorded", poll=0.05)
+        start.send_signal(signal.SIGKILL)  # the launching process dies right after the launch is recorded
+        start.wait(timeout=30)
+    finally:
+        if start.poll() is None:
+            start.kill()
+        reader.join(timeout=30)
+    assert start.returncode == -signal.SIGKILL, "".join(output)[-2000:]
+
+    wait_for(lambda: len(launcher.store.epochs(cid)) >= 1, 1200, "the first epoch (no launcher alive)", poll=0.5)
+    (first,) = supervisor_pods(core, ns, cid)
+    tasks_before = {t: p.metadata.name for t, p in cluster_pods(core, ns, cid).items()}
+    assert sorted(tasks_before) == ["worker-0", "worker-1"], tasks_before
+    core.delete_namespaced_pod(first.metadata.name, ns)  # the default grace: SIGTERM, a hand-over
+
+    def replaced():
+        pods = [p for p in supervisor_pods(core, ns, cid) if p.metadata.name != first.metadata.name]
+        return pods[0] if pods and pods[0].status.phase == "Running" else None
+
+    second = wait_for(replaced, 300, "a new supervisor pod", poll=0.5)
+    print(f"supervisor pod {first.metadata.name} deleted -> {second.metadata.name} running")
+    deadlines = {p.metadata.name: p.spec.active_deadline_seconds for p in cluster_pods(core, ns, cid).values()}
+
+    def ended():
+        state, alive = launcher.settled(cid)
+        return state if state.status.final and not alive else None
+
+    state = wait_for(ended, 1800, f"cluster {cid} to end", poll=1.0)
+    assert state.status is Status.SUCCEEDED, (state.reason, state.failures)
+    assert state.restarts == 0 and not state.failures, state.failures
+    assert state.supervisor_host == f"pod/{ns}/{second.metadata.name}", state.supervisor_host
+    recorded = [e["epoch"] for e in state.epochs]
+    assert recorded == list(range(1, epochs + 1)), recorded
+    assert deadlines and all(d is not None and 3000 < d <= 3000 + 120 for d in deadlines.values()), deadlines
+    assert set(deadlines) == set(tasks_before.values()), "the task pods were replaced, not re-adopted"
+    assert_nothing_left(cid, k8s=(core, ns), timeout=120)
+
+    run = RunStore(state.run_dir)
+    chief = run.read_text(LAYOUT.log("worker-0")) or ""
+    for k in range(1, epochs + 1):
+        lines = re.findall(rf"^epoch {k}/{epochs} .*$", chief, flags=re.M)
+        assert len(lines) == 1, (k, lines, chief[-3000:])
+    assert "re-adopting pods" in chief and "supervisor replaced" in chief, chief[-3000:]
+    supervisor_log = run.read_text(LAYOUT.supervisor_log) or ""
+    assert f"cluster {cid} succeeded" in supervisor_log, supervisor_log[-2000:]
+
+    metrics = {k: v for k, v in state.last_epoch.items() if isinstance(v, (int, float))}
+    result = ModelRegistry(str(tmp_path / "registry")).publish(
+        "sup_pod", saved_model_dir=run.path(LAYOUT.model), checkpoint_dir=run.path(LAYOUT.backup),
+        tensorboard_dir=run.path(LAYOUT.tensorboard), metrics=metrics, gate=BlessingGate(thresholds={}))
+    predicted = _predict(tmp_path / "registry" / "sup_pod" / result.version / "saved_model", _feature_rows(4))
+    assert len(predicted) == 4
+
+
+def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, tmp_path):
+    """Two clusters whose one task never becomes ready (a sleeping command: no TensorFlow), supervised by a pod.
+    The first has `max_runtime: 25`: its pod carries that bound as activeDeadlineSeconds, and the supervisor
+    stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
+    (the state store's request: no signal reaches the supervisor's pod). Both end STOPPED and leave nothing."""
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.cluster.api import start_cluster
+
+    core, ns, conn, run_root, exports = deployed
+    home = tmp_path / "shell"
+    env = _bare_env(exports, home)
+    cache = f"sup_stop_{uuid.uuid4().hex[:6]}"
+    demo_data.tabular(200, seed=1).to_csv(home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    job = {"command": ["python", "-c", "import time; time.sleep(3000)"]}
+
+    def launch(cid: str, **settings):
+        launcher = make_launcher(conn, kind="kubernetes", kubernetes={"namespace": ns, **settings})
+        state = start_cluster(cache, job, conn=conn, workers=1, cluster_id=cid, launcher=launcher,
+                              startup_deadline_s=900, grace_period_s=2)
+        assert state.supervisor_pid == 0 and state.supervisor_host.startswith(f"pod/{ns}/"), state
+        return launcher
+
+    bounded, stopped = f"k8s-maxrt-{uuid.uuid4().hex[:6]}", f"k8s-stop-{uuid.uuid4().hex[:6]}"
+    launcher = launch(bounded, max_runtime=25)
+    launch(stopped)
+    pod = wait_for(lambda: cluster_pods(core, ns, bounded).get("worker-0"), 120, "the bounded cluster's pod")
+    assert 25 < pod.spec.active_deadline_seconds <= 25 + 2 + 60, pod.spec.active_deadline_seconds
+    wait_for(lambda: cluster_pods(core, ns, stopped).get("worker-0"), 120, "the second cluster's pod")
+
+    stop = _cli(["stop", stopped], env=env, cwd=home)
+    out, _ = stop.communicate(timeout=300)
+    assert stop.returncode == 0 and f"{stopped} stopped" in out, out[-3000:]
+
+    def ended(cid):
+        def check():
+            state, alive = launcher.settled(cid)
+            return state if state.status.final and not alive else None
+        return check
+
+    state = wait_for(ended(bounded), 240, f"cluster {bounded} to reach max_runtime", poll=1.0)
+    assert state.status is Status.STOPPED and 25 <= state.age_s < 120, (state.status, state.age_s)
+    chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
+    assert "kubernetes.max_runtime (25s) reached" in chief, chief[-2000:]
+    assert launcher.status(stopped).status is Status.STOPPED
+    for cid in (bounded, stopped):
+        assert_nothing_left(cid, k8s=(core, ns), timeout=120)
