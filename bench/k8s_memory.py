@@ -178,12 +178,12 @@ def table(results: list[dict]) -> str:
     base = results[0]["estimate"]["baseline_mib"] if results else 0
     lines = [f"Memory estimate beside each task's measured peak (2 sync workers; TensorFlow baseline {base} MiB)",
              "", "| launcher | model | parameters | task | estimate (MiB) | peak (MiB) | measured by | estimate / peak "
-             "| goal 1.0-1.25 |", "|---|---|---|---|---|---|---|---|---|"]
+             "| goal 1.0-1.25 | pod's limit |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
         met = {True: "yes", False: "NO", None: "n/a (no limit)"}[r["goal_met"]]
         lines.append(f"| {r['launcher']} | {r['model']} | {r['params']:,} | {r['task']} | {r['estimate_mib']} | "
-                     f"{r['peak_mib']} | {r['measured_by']} | {ratio} | {met} |")
+                     f"{r['peak_mib']} | {r['measured_by']} | {ratio} | {met} | {r['pod_limit'] or '-'} |")
     return "\n".join(lines)
 
 

@@ -262,7 +262,6 @@ def entry_point_model(job: dict) -> ModelSize:
     entry = job.get("entry_point") or _arg(_args(job), "--entry-point")
     if not entry:
         return ModelSize(None, None)
-    import importlib
     import inspect
 
     module, _, name = entry.partition(":")
