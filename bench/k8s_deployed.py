@@ -10,7 +10,11 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
   startup    launch -> first training step, the Kubernetes launcher beside the local one
              (``bench/k8s_startup.py``); goal: Kubernetes / local <= 1.3;
   input      in one pod: steps/s of the tabular classifier fed from Ignite (``ignite_tf.data`` over the pod
-             network) vs from the same rows in memory (``bench/k8s_input_task.py``); goal: >= 0.9;
+             network) vs from the same rows in memory (``bench/k8s_input_task.py``); goal: >= 0.9. As
+             ``bench/startup.py``'s local comparison: ``--input-rows`` (512,000: 500 a partition; the Ignite
+             path pays a fixed cost per partition scanned) and Ignite nodes warmed by ``--input-warmup`` (10)
+             untimed reads. Beside each path: the CPU cores the task's pod and the Ignite pods used and their
+             CFS-throttled periods, from their cgroups on the node;
   resume     a 2-worker sync cluster of ``--epochs`` (20) epochs, batch 256: worker-1's pod deleted after the
              first epoch record; reported: the median epoch time, seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the
              deletion (``next_epoch_s``; issue 24's goal <= 8 s), the epoch it resumed at, the restarts, and
@@ -38,6 +42,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
 from k8s_harness import (  # noqa: E402
     TIMEOUT_S,
+    CgroupCpu,
     add_k8s_arguments,
     core_v1,
     job_dir_with,
@@ -67,30 +72,49 @@ def startup(conn, tmp: Path, settings: dict, host_network: bool) -> dict:
     return {"runs": runs, "kubernetes_vs_local": k8s_startup.ratio(runs)}
 
 
-def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: int) -> dict:
+def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: int, warmup: int) -> dict:
     from ignite_tf_dev.demo_data import tabular
+    from ignite_tf_dev.k8s.addons import IGNITE_NAMESPACE, IGNITE_SELECTOR
     from k8s_input_task import MARK
     from startup_input import BATCH as STEPS_BATCH
-    from startup_input import STEPS_CACHE
+    from startup_input import STEPS_CACHE, warm_nodes
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.k8s.objects import LABEL_CLUSTER
+    from ignite_tf.connection import sql
     from ignite_tf.etl import load
 
+    # Exactly these rows (a table left by an earlier run may hold more): the Ignite path pays a fixed cost per
+    # partition scanned, so rows per partition decide the ratio (bench/startup.py's local comparison: 500).
+    client = conn.client()
+    try:
+        sql(client, f"DROP TABLE IF EXISTS {STEPS_CACHE.upper()}")
+    finally:
+        client.close()
     # Each timed fit must have its steps' rows: a dataset that runs out ends the fit early.
     load(conn, STEPS_CACHE, tabular(max(rows, steps * STEPS_BATCH)), key="id")
+    # As bench/startup.py does for its local nodes: Ignite pods in service run their scan code JIT-compiled;
+    # fresh JVMs spend about 3x the CPU per row at first, beside the training measured.
+    spent = warm_nodes(conn, warmup, [])
     job_dir = job_dir_with(tmp, "job-input", "k8s_input_task.py", "startup_input.py")
     cluster_id = f"deployed-input-{os.getpid()}"
     launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
-    start_cluster(STEPS_CACHE, {"command": ["python", "k8s_input_task.py", str(steps), str(repeat)],
-                                "job_dir": str(job_dir)}, conn=conn, mode="sync", workers=1, max_restarts=0,
-                  cluster_id=cluster_id, run_root=run_root(tmp, "kubernetes"), launcher=launcher,
-                  startup_deadline_s=600)
-    wait_cluster(launcher, cluster_id, poll_s=0.5)
+    with CgroupCpu(core_v1(), {"tf": (settings["namespace"], f"{LABEL_CLUSTER}={cluster_id}"),
+                               "ignite": (IGNITE_NAMESPACE, IGNITE_SELECTOR)}) as watch:
+        start_cluster(STEPS_CACHE, {"command": ["python", "k8s_input_task.py", str(steps), str(repeat)],
+                                    "job_dir": str(job_dir)}, conn=conn, mode="sync", workers=1, max_restarts=0,
+                      cluster_id=cluster_id, run_root=run_root(tmp, "kubernetes"), launcher=launcher,
+                      startup_deadline_s=600)
+        wait_cluster(launcher, cluster_id, poll_s=0.5)
     found = marked_lines(launcher.output(cluster_id)[0], MARK)
     if not found:
         raise RuntimeError(f"input: the pod reported no rates:\n{launcher.tail(cluster_id, 30)}")
     r = found[-1]
-    return {**r, "input_ratio": r["steps_s_ignite"] / r["steps_s_memory"]}
+    spans = r.pop("spans")
+    cpu = {path: watch.cpu_during([(a, b) for name, a, b in spans if name == path]) for path in ("ignite", "memory")}
+    return {**r, "input_ratio": r["steps_s_ignite"] / r["steps_s_memory"], "warmup_passes": warmup,
+            "warmup_first_last_s": [spent[0], spent[-1]] if spent else None, "pod_cpu": cpu,
+            "load": os.getloadavg()[0]}
 
 
 def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
@@ -176,7 +200,8 @@ def run(args, say) -> dict:
             say("startup: local and kubernetes ...")
             out["startup"] = startup(conn, tmp, settings, args.host_network)
             say(f"  {out['startup']['kubernetes_vs_local']}\ninput ...")
-            out["input"] = input_rates(conn, tmp, settings, args.rows, args.steps, args.repeat)
+            out["input"] = input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
+                                       args.input_warmup)
             say(f"  {out['input']}\nresume ...")
             out["resume"] = resume(conn, tmp, settings, args.epochs, cache)
             say(f"  {out['resume']}\nlocality ...")
@@ -189,6 +214,12 @@ def _f(value, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _cores(groups: dict) -> str:
+    """``TF / Ignite (throttled)``: the CPU cores the input task's pod and the Ignite pods used."""
+    tf, ignite = groups["tf"], groups["ignite"]
+    return f"{tf['cores']:.2f} / {ignite['cores']:.2f} ({tf['nr_throttled'] + ignite['nr_throttled']})"
+
+
 def table(r: dict) -> str:
     s, i, res, loc = r["startup"], r["input"], r["resume"], r["locality"]
     by = {x["launcher"]: x for x in s["runs"]}
@@ -198,9 +229,13 @@ def table(r: dict) -> str:
         f"| launch -> first step, local (s) | {_f(by['local']['first_step_s'])} | |",
         f"| launch -> first step, Kubernetes (s) | {_f(by['kubernetes']['first_step_s'])} | |",
         f"| first step, Kubernetes / local | {_f(s['kubernetes_vs_local'])} | <= {GOALS['kubernetes_vs_local']} |",
-        f"| steps/s fed from Ignite pods (1 pod) | {_f(i['steps_s_ignite'], '.0f')} | |",
+        f"| steps/s fed from Ignite pods (1 pod; {i['rows']:,} rows, {i['rows'] / 1024:.0f} a partition) | "
+        f"{_f(i['steps_s_ignite'], '.0f')} | |",
         f"| steps/s fed from memory (same pod) | {_f(i['steps_s_memory'], '.0f')} | |",
-        f"| Ignite / memory | {_f(i['input_ratio'])} | >= {GOALS['input_ratio']} |",
+        f"| Ignite / memory (median of rounds) | {_f(i['input_ratio'])} ({_f(i['input_ratio_median'])}) | "
+        f">= {GOALS['input_ratio']} |",
+        f"| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | {_cores(i['pod_cpu']['ignite'])} | |",
+        f"| CPU cores, memory path: TF pod / Ignite pods | {_cores(i['pod_cpu']['memory'])} | |",
         f"| worker pod deleted -> pod gone (s) | {_f(res['pod_gone_s'], '.1f')} | |",
         f"| epoch time, median (s) | {_f(res['epoch_s'], '.1f')} | |",
         f"| worker pod deleted -> next epoch (s) | {_f(res['next_epoch_s'], '.1f')} | <= {GOALS['next_epoch_s']} |",
@@ -221,9 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--steps", type=int, default=300, help="steps of each timed fit of the input part")
     parser.add_argument("--repeat", type=int, default=3, help="timed fits of each input path")
+    parser.add_argument("--input-rows", type=int, default=512_000,
+                        help="rows of the input part's table (default 512,000: 500 a partition, as bench/startup.py)")
+    parser.add_argument("--input-warmup", type=int, default=10,
+                        help="untimed reads of that table first, so the Ignite pods run their scan code compiled")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.rows, args.epochs, args.steps, args.repeat = 2_000, 3, 5, 1
+        args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 3, 5, 1, 2_000, 1
     result = run(args, say_to_stderr(args.json and not args.smoke))
     report(args, table(result), result)
     return 0

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,6 +137,87 @@ class PeakWatch:
             peak = cgroup_peak_mib(folder) if folder else None
             if peak is not None:
                 self.peaks[task] = max(peak, self.peaks.get(task, 0.0))
+
+
+class CgroupCpu:
+    """Samples, in a thread, the CPU time and CFS throttling of the pods of each group (``groups``: name ->
+    (namespace, label selector)) from their cgroups on this node (v1: ``cpuacct.usage`` and ``cpu.stat``; v2:
+    ``cpu.stat``). ``cpu_during(spans)``: per group, the CPU its pods used together within those wall-clock
+    spans (cores, averaged) and the periods they were throttled in (a CPU limit's CFS quota)."""
+
+    def __init__(self, core, groups: dict[str, tuple[str, str]], every_s: float = 0.1):
+        self.core, self.groups, self.every_s = core, groups, every_s
+        self.samples: dict[tuple[str, str], list[tuple[float, float, int]]] = {}  # (group, pod) -> (wall, CPU-s, throttled)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cgroup-cpu", daemon=True)
+
+    def __enter__(self) -> CgroupCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _folders(self) -> dict[tuple[str, str], Path]:
+        found = {}
+        for group, (namespace, selector) in self.groups.items():
+            for pod in self.core.list_namespaced_pod(namespace, label_selector=selector).items:
+                folder = pod_cgroup(pod.metadata.uid)
+                if folder is not None:
+                    found[group, pod.metadata.name] = folder
+        return found
+
+    def _run(self) -> None:
+        folders: dict[tuple[str, str], Path] = {}
+        listed = 0.0
+        while not self._stop.wait(self.every_s):
+            if time.monotonic() - listed > 1.0:  # new pods start meanwhile
+                try:
+                    folders, listed = self._folders(), time.monotonic()
+                except Exception:  # noqa: BLE001 - the API server busy: the last list stands
+                    pass
+            for name, folder in folders.items():
+                reading = cgroup_cpu(folder)
+                if reading is not None:
+                    self.samples.setdefault(name, []).append((time.time(), *reading))
+
+    def cpu_during(self, spans: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+        out = {group: {"cores": 0.0, "nr_throttled": 0} for group in self.groups}
+        for (group, _pod), series in self.samples.items():
+            wall = cpu = throttled = 0.0
+            for a, b in spans:
+                inside = [s for s in series if a <= s[0] <= b]
+                if len(inside) >= 2:
+                    wall += inside[-1][0] - inside[0][0]
+                    cpu += inside[-1][1] - inside[0][1]
+                    throttled += inside[-1][2] - inside[0][2]
+            if wall > 0:
+                out[group]["cores"] = round(out[group]["cores"] + cpu / wall, 3)
+                out[group]["nr_throttled"] += int(throttled)
+        return out
+
+
+def pod_cgroup(uid: str) -> Path | None:
+    """The CPU cgroup folder of a pod on this node (cgroup v1's cpu hierarchy, or v2), by its uid."""
+    for qos in ("burstable/", "besteffort/", ""):
+        for root in (CGROUP_ROOT / "cpu" / "kubepods", CGROUP_ROOT / "kubepods"):
+            folder = root / f"{qos}pod{uid}"
+            if (folder / "cpu.stat").exists():
+                return folder
+    return None
+
+
+def cgroup_cpu(folder: Path) -> tuple[float, int] | None:
+    """(CPU seconds used, periods throttled) of a CPU cgroup folder (v1 or v2)."""
+    try:
+        stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines())
+        if "usage_usec" in stat:  # v2
+            return int(stat["usage_usec"]) / 1e6, int(stat.get("nr_throttled", 0))
+        acct = Path(str(folder).replace(f"{CGROUP_ROOT}/cpu/", f"{CGROUP_ROOT}/cpuacct/", 1)) / "cpuacct.usage"
+        return int(acct.read_text()) / 1e9, int(stat.get("nr_throttled", 0))
+    except (OSError, ValueError):
+        return None
 
 
 def core_v1():

@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     frame = pd.concat([pd.DataFrame(p) for p in parts], ignore_index=True)
     result = step_rates(conn, frame, steps, node_pids=[], repeat=repeat, quiet=True)
     out = {"rows": len(frame), "steps_s_ignite": result["steps_s_ignite"], "steps_s_memory": result["steps_s_memory"],
-           "input_ratio_median": result["input_ratio_median"]}
+           "input_ratio_median": result["input_ratio_median"], "rates": result["_rates"], "cpu": result["_cpu"],
+           "spans": result["_spans"]}
     print(f"{MARK} {json.dumps(out)}", flush=True)
     sys.stdout.flush()
     os._exit(0)  # as the runtime ends: TensorFlow's exit handlers wait on a shutdown barrier

@@ -55,16 +55,18 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
         return tf.data.Dataset.from_generator(numpy_batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
 
     cpu: dict[str, list[tuple[float, float, float]]] = {}
+    spans: list[tuple[str, float, float]] = []  # (path, wall clock at its start, at its end): for host-side samplers
     teardown: dict[str, list[float]] = {}
     end = _train_end_callback()
 
     def timed(make, epoch: int, name: str | None = None) -> float:
         ds = make(epoch)
         own, jvm = _own_cpu_s(), cpu_s(node_pids)
-        started = time.perf_counter()
+        started, started_wall = time.perf_counter(), time.time()
         model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[end])
         wall = end.at - started
         if name:
+            spans.append((name, started_wall, started_wall + wall))
             cpu.setdefault(name, []).append((wall, _own_cpu_s() - own, cpu_s(node_pids) - jvm))
             teardown.setdefault(name, []).append(time.perf_counter() - end.at)
         return steps / wall
@@ -85,7 +87,8 @@ def step_rates(conn, frame, steps: int, *, node_pids: list[int], repeat: int = 3
     best_cpu = {name: min(runs) for name, runs in cpu.items()}
     ratios = [i / m for i, m in zip(rates["ignite"], rates["memory"], strict=True)]
     return {"steps_s_ignite": max(rates["ignite"]), "steps_s_memory": max(rates["memory"]), "_rates": rates,
-            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios), "_teardown": teardown}
+            "_cpu": best_cpu, "input_ratio_median": statistics.median(ratios), "_teardown": teardown,
+            "_spans": spans}
 
 
 def _train_end_callback():

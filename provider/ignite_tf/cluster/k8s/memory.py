@@ -5,13 +5,19 @@
                + input (tf.data's prefetched batches and the blocks the reader hands it, at the table's row width)
                + reader (scan pages in flight, decoded), then headroom
 
-- **Baseline and bytes per parameter**: real task processes measured by ``bench/tf_baseline_memory.py`` (what a
-  task does but read Ignite: imports, the strategy and its gRPC server, a model fitted with the runtime's
-  backup and saved), at a tiny and a large model: the tiny one's peak is the baseline, the growth per
-  parameter of the large one (with Adam) ``param_bytes``. Both are written to
-  ``ignite_tf/resources/tf_baseline.json`` with the date, the TensorFlow version and how they were measured.
-  A weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 20): the optimizer's update
-  temporaries, the collectives' buffers, the checkpoints' serialisation.
+- **Baseline and bytes per parameter**: what a pod's cgroup is charged, measured in real pods by
+  ``bench/k8s_memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, the
+  strategy and its gRPC server, a model fitted with the runtime's backup and saved) at a tiny and a large
+  model: the tiny one's largest container peak is the baseline, the growth per parameter to the large one's
+  largest (with Adam) ``param_bytes``. Both are written to ``ignite_tf/resources/tf_baseline.json`` with the
+  date, the TensorFlow version and how they were measured. A weight costs far more than its 4 bytes per copy
+  (TensorFlow 2.21: about 30): the optimizer's update temporaries, the collectives' buffers, the checkpoints'
+  serialisation and the page cache of the files they write.
+- **Shared libraries**: a task process's resident set is about 330 MiB larger (``process_peak_mib`` in the
+  same file, from ``bench/tf_baseline_memory.py``): TensorFlow's shared libraries. A pod is charged for their
+  file pages only when it is the first on its node to read them, and then as clean page cache, which the
+  kernel reclaims at the pod's limit instead of killing the task; counting them would double every small
+  task's request on every node but a fresh one.
 - **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``: its SQL
   table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
   float32 matrix, the label in its own type, and the reader decodes every column in its own type.
@@ -39,7 +45,11 @@ BLOCKS_HELD = 3  # ignite_tf.data: the block being cut into batches, the one rea
 READER_PAGE_ROWS = 1024  # rows of one scan page (the reader's page_size) ...
 READER_PAGES = 5  # ... pages in flight: the reader's scans_ahead (4) and the one being decoded
 ASSUMED_ROW_BYTES = 256  # a row of a table that could not be read: 64 float32 columns
-HEADROOM = 1.15  # over the measured peak: allocator slack, TensorFlow's thread pools on larger nodes
+# Over the measured charge: none. The baseline and bytes per parameter are the largest container's peak with
+# its page cache unconstrained (a 3Gi limit), so they hold their own slack: a tighter limit makes the kernel
+# reclaim that cache (checkpoints written, libraries read) before it would kill the task. More would push
+# the other workers past the goal (+25%): a chief that saves the model peaks about 19% above its peers.
+HEADROOM = 1.0
 BASELINE_FILE = "tf_baseline.json"
 MIB = 1 << 20
 
@@ -252,12 +262,11 @@ def entry_point_model(job: dict) -> ModelSize:
     entry = job.get("entry_point") or _arg(_args(job), "--entry-point")
     if not entry:
         return ModelSize(None, None)
-    import importlib
     import inspect
 
     module, _, name = entry.partition(":")
     try:
-        fn = getattr(importlib.import_module(module), name)
+        fn = getattr(_import_shipped(module, job.get("job_dir")), name)
     except (ImportError, AttributeError):
         return ModelSize(None, None)
     kwargs = _model_args(_args(job))
@@ -277,6 +286,26 @@ def entry_point_model(job: dict) -> ModelSize:
         optimizer = default.default if default is not None and default.default is not inspect.Parameter.empty \
             else getattr(fn, "optimizer", None)
     return ModelSize(params, str(optimizer).lower() if isinstance(optimizer, str) else None)
+
+
+def _import_shipped(module: str, job_dir: str | None):
+    """``module``, from the job's own folder when it is not importable here: the launcher estimates where the
+    user's code is a folder shipped to the tasks, not on this process's path (a model defined there would
+    otherwise count as 0 parameters)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if not job_dir or not Path(job_dir).is_dir():
+            raise
+    sys.path.insert(0, str(job_dir))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(job_dir))
 
 
 def entry_point_params(job: dict) -> int | None:
