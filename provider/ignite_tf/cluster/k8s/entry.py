@@ -26,6 +26,8 @@ from ignite_tf.contract import (
     ENV_SHARD_PLAN,
     TASKBOOT_DIR,
 )
+from ignite_tf.runtime import timeline
+from ignite_tf.runtime.task import task_info
 
 
 def fetch_run(environ=None) -> str | None:
@@ -48,11 +50,17 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit("usage: python -m ignite_tf.cluster.k8s.entry CWD -- COMMAND [ARGS...]")
     cwd, command = argv[0], argv[2:]
+    chief = task_info().is_chief  # only the chief's output carries the timeline (``ignite_tf.runtime.timeline``)
+    started = timeline.process_started()
+    if started is not None:
+        timeline.mark("process_started", show=chief, at=started)
+    timeline.mark("entry_started", show=chief)
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     if os.environ.get(ENV_PROGRESS_FILE):
         Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
     shipped = fetch_run()
+    timeline.mark("code_fetched", show=chief)
     job_dir = os.environ.get(ENV_JOB_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, shipped, job_dir,
                                                               os.environ.get("PYTHONPATH")]))

@@ -76,6 +76,7 @@ class PodBackend(Backend):
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
+        self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.owner: dict[str, Any] | None = None
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -235,7 +236,16 @@ class PodBackend(Backend):
                 continue
             if _started(pod) and pod.metadata.name not in self.followers:
                 self._follow(task, pod.metadata.name)
+            if task is self.spec.chief:
+                self._mark_chief(pod)
         self._record_placement()
+
+    def _mark_chief(self, pod) -> None:
+        """The chief pod's scheduling and start, as this poll saw them, in the start-up's timeline."""
+        for moment, reached in (("chief_scheduled", bool(pod.spec.node_name)), ("chief_running", _started(pod))):
+            if reached and (pod.metadata.name, moment) not in self.marked and self.host is not None:
+                self.marked.add((pod.metadata.name, moment))
+                self.host.mark(moment)
 
     def _follow(self, task: ClusterTask, name: str) -> None:
         path = self.spec.log_path(task)

@@ -29,6 +29,7 @@ from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, 
 from ignite_tf.contract import read_progress
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
+from ignite_tf.runtime import timeline
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
@@ -132,6 +133,11 @@ class Supervisor:
         with open(self.spec.log_path(self.spec.chief), "a") as f:
             f.write(line)
 
+    def mark(self, name: str) -> None:
+        """A moment of the start-up (``ignite_tf.runtime.timeline``) in the chief's output, for the benches."""
+        with open(self.spec.log_path(self.spec.chief), "a") as f:
+            f.write(timeline.line(name) + "\n")
+
     def save(self, force: bool = False) -> None:
         now = time.time()
         if force or now - self._last_put >= HEARTBEAT_S:
@@ -183,6 +189,7 @@ class Supervisor:
         self.event(f"{why}: restarting the whole cluster from the latest checkpoint "
                    f"(restart {self.state.restarts}/{limit})")
         self.state.status = Status.RESTARTING
+        self.mark("restarting")
         self.save(force=True)
         self.stop_all()
         for ts in self.state.tasks:
@@ -194,6 +201,7 @@ class Supervisor:
         self.tstate(task).restarts += 1
         self.event(f"{why}: restarting {task.name} alone; training goes on "
                    f"(restart {self.state.restarts}/{self.spec.supervision.max_restarts})")
+        self.mark("restarting")
         self.stop_tasks([task], 0)
         self.start_task(task)
         self.save(force=True)
@@ -237,14 +245,17 @@ class Supervisor:
         if self.mirror is not None:
             self.mirror.start()
         try:
+            self.mark("supervisor_started")
             self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
             try:
                 self.backend.prepare()
             except SetupError as exc:
                 return self._abort(str(exc))
+            self.mark("prepared")
             self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
                        + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
             self.start_all()
+            self.mark("tasks_started")
             while True:
                 outcome = self.step()
                 if outcome is not None:
@@ -314,6 +325,7 @@ class Supervisor:
             return None
         if isinstance(decision, AllUp):
             self.state.status = Status.RUNNING
+            self.mark("all_up")
             self.event(f"all {len(self.spec.tasks)} tasks up after {decision.after_s:.1f}s")
             self.save(force=True)
             return None
