@@ -2,9 +2,10 @@
 
 Like the local launcher it starts a detached supervisor process — the supervision loop with the pod backend
 (``ignite_tf.cluster.k8s.pods``) — and keeps the cluster's state in the same store, so ``ps``,
-``attach``, ``stop``, the operator and the trigger work unchanged. It talks to Kubernetes only through
-Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
-gets that connection, resolved here, through its environment.
+``attach``, ``stop``, the operator and the trigger work unchanged. It talks to Kubernetes through Airflow's
+``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor gets that
+connection, resolved here, through its environment, and reads it without importing Airflow
+(``ignite_tf.cluster.k8s.client``).
 
 With an object-store run root (``s3://...``, ``ignite_tf.runstore``) the pods need no volume: the run lives in
 the store, where every reader finds it after the pods are gone, and the job folder and the user's modules

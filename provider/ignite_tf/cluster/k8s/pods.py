@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.commands import task_command, task_cwd
-from ignite_tf.cluster.k8s import objects, placement
+from ignite_tf.cluster.k8s import client, objects, placement
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
@@ -46,6 +46,7 @@ from ignite_tf.runstore.credentials import environment_credentials
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
+STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 
@@ -63,7 +64,7 @@ def api_exception():
 
 class PodBackend(Backend):
     """Tasks as pods in ``namespace``, from ``image``, with ``settings``; ``core``: a CoreV1Api (default
-    from Airflow's ``KubernetesHook`` on ``settings.conn_id``)."""
+    the connection ``settings.conn_id``, see ``ignite_tf.cluster.k8s.client``)."""
 
     poll_s = LIST_EVERY_S
 
@@ -92,9 +93,7 @@ class PodBackend(Backend):
 
     @cached_property
     def core(self):
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        return KubernetesHook(conn_id=self.settings.conn_id).core_v1_client
+        return client.core_v1(self.settings.conn_id)
 
     def launcher_info(self) -> dict[str, Any]:
         return {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
@@ -320,20 +319,23 @@ class PodBackend(Backend):
                 if exc.status != 404:
                     raise
 
-    def _wait_pods_gone(self, names: list[str], timeout: float) -> None:
+    def _wait_pods_ended(self, names: list[str], timeout: float) -> None:
+        """Until each pod is gone or its container has ended: a dead task writes nothing more (no backup), so
+        its replacement may start while the kubelet still tears the old pod down (``release`` waits for
+        every object to be gone at the end)."""
         deadline = time.monotonic() + timeout
         while names and time.monotonic() < deadline:
             self.refresh()
-            names = [n for n in names if n in self.pods]
+            names = [n for n in names if n in self.pods and not _ended(self.pods[n])]
             if names:
-                time.sleep(0.3)
+                time.sleep(STOP_POLL_S)
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
 
     def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
         names = [self.current[t.name] for t in tasks if t.name in self.current]
         self._delete(names, grace)
-        self._wait_pods_gone(names, grace + 30)
+        self._wait_pods_ended(names, grace + 30)
         for name in names:
             follower = self.followers.get(name)
             if follower is not None:
@@ -416,6 +418,11 @@ class PodBackend(Backend):
 
 def _started(pod) -> bool:
     return any(cs.state and (cs.state.running or cs.state.terminated) for cs in pod.status.container_statuses or [])
+
+
+def _ended(pod) -> bool:
+    """Whether the pod's task process is dead: its container terminated, or the pod failed or succeeded."""
+    return _terminated(pod) is not None or pod.status.phase in ("Failed", "Succeeded")
 
 
 def _terminated(pod):

@@ -167,6 +167,7 @@ class Supervisor:
         for task in self.spec.tasks:
             self.start_task(task)
         self.attempt_started = time.monotonic()
+        self.mark("tasks_started")
         self.state.status = Status.STARTING
         self.save(force=True)
 
@@ -255,7 +256,6 @@ class Supervisor:
             self.event(f"cluster {self.spec.cluster_id}: {self.spec.mode.value} mode, tasks "
                        + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
             self.start_all()
-            self.mark("tasks_started")
             while True:
                 outcome = self.step()
                 if outcome is not None:
