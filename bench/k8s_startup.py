@@ -44,7 +44,7 @@ CACHE = "k8s_startup_bench"
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
 TIMEOUT_S = 900.0
 GOAL = 1.3  # issue 24: the Kubernetes launcher's first step at most 1.3x the local one's
-# The start-up's moments (``ignite_tf.runtime.timeline``) in the order they happen, with what ends at each.
+# The start-up's moments (``ignite_tf.timeline``) in the order they happen, with what ends at each.
 MOMENTS = {
     "supervisor_started": "the supervisor process runs (Python, imports)",
     "launched": "start_cluster returned (state recorded)",
@@ -81,7 +81,7 @@ def first_step_at(launcher, cluster_id: str, mark: Path) -> float | None:
 def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None) -> dict:
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
-    from ignite_tf.runtime import timeline
+    from ignite_tf import timeline
 
     job_dir = tmp / f"job-{kind}"
     job_dir.mkdir()

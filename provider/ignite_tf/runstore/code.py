@@ -118,14 +118,17 @@ def ship(store: RunStore, entry_point: str | None, py_modules: Iterable[str | os
 def unpack(store: RunStore, run_dir: str | Path) -> str | None:
     """Unpack the run's ``code.zip`` into ``<run_dir>/code``; that folder (for ``PYTHONPATH``), or None."""
     data = store.read_bytes(LAYOUT.code_zip)
-    if data is None:
-        return None
+    return None if data is None else extract(data, run_dir, store.url)
+
+
+def extract(data: bytes, run_dir: str | Path, origin: str) -> str:
+    """Unpack ``code.zip``'s bytes (read from ``origin``) into ``<run_dir>/code``; that folder."""
     target = (Path(run_dir) / LAYOUT.code).resolve()
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         for member in zf.namelist():
             if not (target / member).resolve().is_relative_to(target):
-                raise ConfigError(f"code.zip in {store.url}: member {member!r} escapes the code folder")
+                raise ConfigError(f"code.zip in {origin}: member {member!r} escapes the code folder")
         zf.extractall(target)
     return str(target)
 

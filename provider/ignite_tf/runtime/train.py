@@ -37,7 +37,8 @@ from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLA
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.sync import TaskSync
-from ignite_tf.runtime import ending, stopping, timeline
+from ignite_tf import timeline
+from ignite_tf.runtime import ending, stopping
 from ignite_tf.runtime.model import (
     build_model,
     checkpoints_through_chief,

@@ -11,10 +11,12 @@ behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
 Airflow task log show), so logs outlive the pods; with an object-store run root the supervisor copies those
-files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no volume at all: each works
-in its own staging folder (``objects.POD_RUN_DIR``), fetches the shard plan and the shipped code from the store
+files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no volume of the run: each
+works in its own staging folder (``objects.POD_RUN_DIR``), takes the shard plan and the shipped code from its
+start files (``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store
 (``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
-(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the supervisor ends — success, failure or stop — it
+(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the
+supervisor ends — success, failure or stop — it
 deletes the owner, which garbage-collects everything, and waits until nothing of the cluster is left.
 """
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.commands import task_command, task_cwd
-from ignite_tf.cluster.k8s import client, objects, placement
+from ignite_tf.cluster.k8s import client, objects, placement, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
@@ -78,6 +80,7 @@ class PodBackend(Backend):
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
+        self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.owner: dict[str, Any] | None = None
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -113,6 +116,7 @@ class PodBackend(Backend):
         self.core.create_namespaced_secret(self.namespace, objects.secret_manifest(
             self.spec, self.settings, self.secret_env(), meta))
         self.core.create_namespaced_service(self.namespace, objects.service_manifest(self.spec, self.settings, meta))
+        self.start_files = self._create_start_files(meta)
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
         self.memory_estimate = est.quantity()
@@ -152,6 +156,26 @@ class PodBackend(Backend):
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             self._wait_gone()
         raise RuntimeError(f"could not create ConfigMap {self.spec.cluster_id} in namespace {self.namespace}")
+
+    def _create_start_files(self, meta: dict[str, Any]) -> bool:
+        """The shard plan and ``code.zip`` in the pods' start files (``startfiles``), for a run in an object
+        store; whether they were made (else the pods fetch them from the store)."""
+        if self.run_store is None:
+            return False
+        files = {}
+        if self.spec.shard_plan_path and Path(self.spec.shard_plan_path).is_file():
+            files[startfiles.PLAN] = Path(self.spec.shard_plan_path).read_bytes()
+        if self.spec.job.get("shipped"):
+            shipped = self.run_store.read_bytes(LAYOUT.code_zip)
+            if shipped is None:
+                return False
+            files[startfiles.CODE] = shipped
+        body = startfiles.manifest(self.spec.cluster_id, objects.labels(self.spec, self.settings),
+                                   objects.owner_ref(meta), files)
+        if body is None:
+            return False
+        self.core.create_namespaced_config_map(self.namespace, body)
+        return True
 
     def secret_env(self) -> dict[str, str]:
         """What the cluster's Secret holds (every pod gets it through ``envFrom``): the Ignite connection, the
@@ -302,6 +326,8 @@ class PodBackend(Backend):
             spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
             owner={"metadata": self.owner}, argv=self.command_for(spec, task),
             cwd=task_cwd(spec, task), env=env, node=node, memory=self.memory)
+        if self.start_files:
+            startfiles.mount(body, self.spec.cluster_id)
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
         return 0

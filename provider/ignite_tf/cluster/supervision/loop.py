@@ -29,7 +29,7 @@ from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, 
 from ignite_tf.contract import read_progress
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
-from ignite_tf.runtime import timeline
+from ignite_tf import timeline
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
@@ -134,7 +134,7 @@ class Supervisor:
             f.write(line)
 
     def mark(self, name: str) -> None:
-        """A moment of the start-up (``ignite_tf.runtime.timeline``) in the chief's output, for the benches."""
+        """A moment of the start-up (``ignite_tf.timeline``) in the chief's output, for the benches."""
         with open(self.spec.log_path(self.spec.chief), "a") as f:
             f.write(timeline.line(name) + "\n")
 

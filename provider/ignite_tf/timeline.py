@@ -1,12 +1,13 @@
-"""Moments of a task's life in its output, ``timing: <name> at <unix time>``, for the benchmarks.
+"""Moments of a cluster's start and a task's life in the chief's output, ``timing: <name> at <unix time>``,
+for the benchmarks.
 
-The chief writes them (other tasks pass ``show=False``): ``runtime_started``, ``tf_imported``,
+The runtime's chief writes them (other tasks pass ``show=False``): ``runtime_started``, ``tf_imported``,
 ``strategy_ready`` (TF_CONFIG read, gRPC server up, all workers joined), ``fit_start``, ``fit_end`` and
 ``saved`` (the model saved and every sync worker done). A pod's first process (``ignite_tf.cluster.k8s.entry``)
 adds ``process_started`` (its interpreter's start, from the kernel), ``entry_started`` and ``code_fetched`` (the
-shard plan and the shipped code from the run store). The supervisor writes its own into the chief's log
+shard plan and the shipped code in place), in every pod's own log. The supervisor writes its own into the chief's log
 (``Supervisor.mark``): ``supervisor_started``, ``prepared`` (the backend's set-up: Kubernetes objects),
-``tasks_started`` (every process or pod created), ``all_up``, and for pods ``chief_scheduled`` and
+``tasks_started`` (every process or pod created, again at each restart, after ``restarting``), ``all_up``, and for pods ``chief_scheduled`` and
 ``chief_running`` (the chief's container running), as it saw them. ``bench/startup.py`` and
 ``bench/k8s_startup.py`` split the start-up with them, ``bench/e2e.py`` and ``bench/end.py`` the time after the
 last epoch.
