@@ -98,9 +98,9 @@ def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: 
 
 
 def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
+    from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.k8s.objects import LABEL_CLUSTER, LABEL_TASK
-    from ignite_tf import timeline
 
     core = core_v1()
     cluster_id = f"deployed-resume-{os.getpid()}"

@@ -79,9 +79,9 @@ def first_step_at(launcher, cluster_id: str, mark: Path) -> float | None:
 
 
 def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None) -> dict:
+    from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
-    from ignite_tf import timeline
 
     job_dir = tmp / f"job-{kind}"
     job_dir.mkdir()

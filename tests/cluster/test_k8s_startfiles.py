@@ -64,3 +64,34 @@ def test_the_pod_takes_its_start_files_without_a_store_client(tmp_path, monkeypa
     code_dir = entry.fetch_run(env, start_dir=str(start))
     assert json.loads((run_dir / "shard_plan.json").read_text()) == {"workers": 1}
     assert (run_dir / "code" / "team_model.py").is_file() and code_dir == str((run_dir / "code").resolve())
+
+
+def test_a_pod_is_told_when_the_store_holds_no_backup_and_then_never_asks_it(tmp_path):
+    """Real: a run store (a folder here; the object store in the live tests) and the task's sync. A fresh
+    start's pods skip the store before TensorFlow's import; once a backup exists, a restart's pods pull it."""
+    from ignite_tf.contract import ENV_RUN_STORE_NO_BACKUP
+    from ignite_tf.runstore import LAYOUT, RunStore
+    from ignite_tf.runstore.sync import TaskSync
+
+    store = RunStore(str(tmp_path / "store"))
+    spec = build_spec(cluster_id="nb1", cache="c", mode="sync", workers=1, run_dir=tmp_path / "staging",
+                      job={"entry_point": "m:f"}, run_store="s3://bucket/runs/nb1")
+    core = Recorder()
+    backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none"}), "ns", "img:1", core=core)
+    backend.owner = {"name": "nb1", "uid": "uid-1"}
+    backend.__dict__["run_store"] = store
+
+    def env_of_last_pod():
+        pod = [body for kind, body in core.created if kind == "create_namespaced_pod"][-1]
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+    backend.start(spec.tasks[0], 0)
+    assert env_of_last_pod().get(ENV_RUN_STORE_NO_BACKUP) == "1"
+    store.write_bytes(f"{LAYOUT.backup}/chief/checkpoint", b"weights")
+    backend.start(spec.tasks[0], 1)
+    assert ENV_RUN_STORE_NO_BACKUP not in env_of_last_pod()
+
+    told = TaskSync(store, tmp_path / "pod" / "backup", tmp_path / "pod" / "tb", True, no_backup=True)
+    assert told.pull() is False and not (tmp_path / "pod" / "backup").exists()
+    asks = TaskSync(store, tmp_path / "pod" / "backup", tmp_path / "pod" / "tb", True)
+    assert asks.pull() is True and (tmp_path / "pod" / "backup" / "chief" / "checkpoint").read_bytes() == b"weights"

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ignite_tf import timeline
 from ignite_tf.cluster.k8s import startfiles
 from ignite_tf.contract import (
     ENV_CODE,
@@ -28,7 +29,6 @@ from ignite_tf.contract import (
     ENV_SHARD_PLAN,
     TASKBOOT_DIR,
 )
-from ignite_tf import timeline
 
 
 def fetch_run(environ=None, start_dir: str = startfiles.MOUNT) -> str | None:

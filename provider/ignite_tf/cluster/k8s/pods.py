@@ -41,7 +41,13 @@ from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.loop import Backend, SetupError, Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
-from ignite_tf.contract import ENV_JOB_DIR, ENV_RUN_STORE_PROGRESS, ENV_STATE_STORE, STORE_ENV
+from ignite_tf.contract import (
+    ENV_JOB_DIR,
+    ENV_RUN_STORE_NO_BACKUP,
+    ENV_RUN_STORE_PROGRESS,
+    ENV_STATE_STORE,
+    STORE_ENV,
+)
 from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
 from ignite_tf.runstore.credentials import environment_credentials
 
@@ -81,6 +87,7 @@ class PodBackend(Backend):
         self.followers: dict[str, threading.Thread] = {}
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
+        self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
         self.owner: dict[str, Any] | None = None
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -319,6 +326,8 @@ class PodBackend(Backend):
             env[ENV_JOB_DIR] = spec.job["job_dir"]
         if spec.run_store:
             env[ENV_RUN_STORE_PROGRESS] = "1"
+            if not self._backup_in_store(attempt):
+                env[ENV_RUN_STORE_NO_BACKUP] = "1"
         node = None
         if task.role is Role.WORKER and task.index < len(self.wanted):
             node = self.wanted[task.index]
@@ -331,6 +340,18 @@ class PodBackend(Backend):
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
         return 0
+
+    def _backup_in_store(self, attempt: int) -> bool:
+        """Whether the run store holds a backup as a (re)start creates its pods: asked once per start of the
+        cluster or of one task (the pods it replaces have ended, so none appears meanwhile from them). True
+        when the store cannot say: the task then asks it itself."""
+        key = (attempt, self.host.state.restarts if self.host is not None else -1)
+        if key not in self.backup_found or key[1] < 0:
+            try:
+                self.backup_found = {key: self.run_store.exists(LAYOUT.backup)}
+            except Exception:  # noqa: BLE001 - the task reads the store itself
+                self.backup_found = {key: True}
+        return self.backup_found[key]
 
     def _pod(self, task: ClusterTask):
         return self.pods.get(self.current.get(task.name, ""))

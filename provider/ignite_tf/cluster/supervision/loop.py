@@ -23,13 +23,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ignite_tf import timeline
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
 from ignite_tf.contract import read_progress
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
-from ignite_tf import timeline
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 1.0
