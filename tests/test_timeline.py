@@ -24,3 +24,14 @@ def test_a_process_start_is_taken_from_the_kernel_not_from_its_first_line():
                                    check=True).stdout)
     after = time.time()
     assert before - 0.05 <= started <= after - 0.5
+
+
+def test_moments_carried_by_a_first_process_are_printed_by_the_runtime(capsys):
+    env: dict[str, str] = {}
+    timeline.carry("process_started", 10.0, environ=env)
+    timeline.carry("entry_started", 10.5, environ=env)
+    assert capsys.readouterr().out == ""  # the first process prints nothing into a command's output
+    assert timeline.replay(show=False, environ=env) == {"process_started": 10.0, "entry_started": 10.5}
+    assert capsys.readouterr().out == ""
+    timeline.replay(environ=env)
+    assert timeline.marks(capsys.readouterr().out) == {"process_started": 10.0, "entry_started": 10.5}

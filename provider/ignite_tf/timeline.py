@@ -5,7 +5,7 @@ The runtime's chief writes them (other tasks pass ``show=False``): ``runtime_sta
 ``strategy_ready`` (TF_CONFIG read, gRPC server up, all workers joined), ``fit_start``, ``fit_end`` and
 ``saved`` (the model saved and every sync worker done). A pod's first process (``ignite_tf.cluster.k8s.entry``)
 adds ``process_started`` (its interpreter's start, from the kernel), ``entry_started`` and ``code_fetched`` (the
-shard plan and the shipped code in place), in every pod's own log. The supervisor writes its own into the chief's log
+shard plan and the shipped code in place), carried to the runtime, which prints them with its own. The supervisor writes its own into the chief's log
 (``Supervisor.mark``): ``supervisor_started``, ``prepared`` (the backend's set-up: Kubernetes objects),
 ``tasks_started`` (every process or pod created, again at each restart, after ``restarting``), ``all_up``, and for pods ``chief_scheduled`` and
 ``chief_running`` (the chief's container running), as it saw them. ``bench/startup.py`` and
@@ -15,9 +15,13 @@ last epoch.
 
 from __future__ import annotations
 
+import os
 import time
 
 TIMING = "timing:"
+ENV_CARRIED = "IGNITE_TF_TIMELINE"
+"""Moments of a pod's first process, handed to the task's runtime (``carry``), which prints them (``replay``):
+the first process prints nothing into a user's command's output."""
 
 
 def line(name: str, at: float | None = None) -> str:
@@ -33,6 +37,25 @@ def mark(name: str, *, show: bool = True, at: float | None = None) -> float:
     return now
 
 
+def carry(name: str, at: float | None = None, environ=None) -> None:
+    """Note a moment (now, or ``at``) in this process's environment, for the command it runs (``replay``)."""
+    env = os.environ if environ is None else environ
+    env[ENV_CARRIED] = " ".join(filter(None, [env.get(ENV_CARRIED), f"{name}={time.time() if at is None else at:.3f}"]))
+
+
+def replay(*, show: bool = True, environ=None) -> dict[str, float]:
+    """Print the moments an earlier process of this task carried (``carry``); returns them."""
+    env = os.environ if environ is None else environ
+    found = {}
+    for item in env.get(ENV_CARRIED, "").split():
+        name, _, at = item.partition("=")
+        try:
+            found[name] = mark(name, show=show, at=float(at))
+        except ValueError:
+            continue
+    return found
+
+
 def process_started() -> float | None:
     """When this process started (unix time), from Linux's ``/proc``: what an interpreter's start costs before
     any of our code runs. None where there is no ``/proc``."""
@@ -44,8 +67,6 @@ def process_started() -> float | None:
         now = time.time()
     except (OSError, ValueError, IndexError):
         return None
-    import os
-
     return now - (up - ticks / os.sysconf("SC_CLK_TCK"))  # /proc/uptime, not btime: btime is whole seconds
 
 

@@ -26,7 +26,9 @@ def test_the_backend_puts_the_plan_in_a_configmap_every_pod_mounts(tmp_path):
     plan.parent.mkdir()
     plan.write_text('{"workers": 2}')
     spec = build_spec(cluster_id="sf1", cache="c", mode="sync", workers=2, run_dir=tmp_path / "staging",
-                      job={"entry_point": "m:f"}, shard_plan_path=str(plan), run_store="s3://bucket/runs/sf1")
+                      job={"entry_point": "m:f", "shipped": ["m.py"]}, shard_plan_path=str(plan),
+                      run_store="s3://bucket/runs/sf1")
+    spec.folder.code_zip.write_bytes(b"PK-the-launcher's-copy")  # code.ship(local_copy=...): no store read
     core = Recorder()
     backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none"}), "ns", "img:1", core=core)
     backend.owner = {"name": "sf1", "uid": "uid-1"}
@@ -36,6 +38,7 @@ def test_the_backend_puts_the_plan_in_a_configmap_every_pod_mounts(tmp_path):
     assert kind == "create_namespaced_config_map" and made["metadata"]["name"] == startfiles.name("sf1")
     assert made["metadata"]["ownerReferences"][0]["uid"] == "uid-1"  # garbage-collected with the cluster
     assert base64.b64decode(made["binaryData"][startfiles.PLAN]) == plan.read_bytes()
+    assert base64.b64decode(made["binaryData"][startfiles.CODE]) == b"PK-the-launcher's-copy"
     for task in spec.tasks:
         backend.start(task, 0)
     for _, pod in core.created[1:]:

@@ -105,13 +105,17 @@ def pack(entry_point: str | None, py_modules: Iterable[str | os.PathLike] = (),
 
 
 def ship(store: RunStore, entry_point: str | None, py_modules: Iterable[str | os.PathLike] = (),
-         job_dir: str | os.PathLike | None = None) -> list[str]:
-    """Pack and write ``code.zip`` to the run's store; the names shipped (empty: nothing)."""
+         job_dir: str | os.PathLike | None = None, local_copy: str | os.PathLike | None = None) -> list[str]:
+    """Pack and write ``code.zip`` to the run's store (and to ``local_copy``: the run's staging folder, where a
+    supervisor on this host reads it without a store client); the names shipped (empty: nothing)."""
     packed = pack(entry_point, py_modules, job_dir)
     if packed is None:
         return []
     data, names = packed
     store.write_bytes(LAYOUT.code_zip, data)
+    if local_copy is not None:
+        Path(local_copy).parent.mkdir(parents=True, exist_ok=True)
+        Path(local_copy).write_bytes(data)
     return names
 
 

@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     contract.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
+        timeline.replay(show=info.is_chief)  # the pod's first process's moments, if it was one
         timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
             serve(epochs=args.epochs or 0, batch_size=args.batch_size, label_column=args.label_column, features=features,

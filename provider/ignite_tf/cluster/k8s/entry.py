@@ -69,17 +69,17 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit("usage: python -m ignite_tf.cluster.k8s.entry CWD -- COMMAND [ARGS...]")
     cwd, command = argv[0], argv[2:]
-    # Every pod marks its start (``ignite_tf.timeline``): each has a log of its own, the chief's is the one read.
+    # The pod's start, for the runtime's timeline (``ignite_tf.timeline``); a user's command sees none of it.
     started = timeline.process_started()
     if started is not None:
-        timeline.mark("process_started", at=started)
-    timeline.mark("entry_started")
+        timeline.carry("process_started", at=started)
+    timeline.carry("entry_started")
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     if os.environ.get(ENV_PROGRESS_FILE):
         Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
     shipped = fetch_run()
-    timeline.mark("code_fetched")
+    timeline.carry("code_fetched")
     job_dir = os.environ.get(ENV_JOB_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, shipped, job_dir,
                                                               os.environ.get("PYTHONPATH")]))

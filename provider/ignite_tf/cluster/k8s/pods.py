@@ -23,6 +23,7 @@ deletes the owner, which garbage-collects everything, and waits until nothing of
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -173,7 +174,8 @@ class PodBackend(Backend):
         if self.spec.shard_plan_path and Path(self.spec.shard_plan_path).is_file():
             files[startfiles.PLAN] = Path(self.spec.shard_plan_path).read_bytes()
         if self.spec.job.get("shipped"):
-            shipped = self.run_store.read_bytes(LAYOUT.code_zip)
+            here = self.spec.folder.code_zip  # the launcher's copy, when it ran on this host
+            shipped = here.read_bytes() if here.is_file() else self.run_store.read_bytes(LAYOUT.code_zip)
             if shipped is None:
                 return False
             files[startfiles.CODE] = shipped
@@ -509,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     if store is None:
         print(f"error: no state store configured ({ENV_STATE_STORE})", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
+    # The Kubernetes client's import (a second of the path to the first pod) beside the state store's first write.
+    threading.Thread(target=importlib.import_module, args=("kubernetes.client",), daemon=True).start()
     try:
         backend = PodBackend(spec, KubernetesSettings.parse(k8s["settings"]), k8s["namespace"], k8s["image"])
         return int(Supervisor(spec, store, backend).run())
