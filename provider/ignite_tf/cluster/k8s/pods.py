@@ -22,6 +22,7 @@ deletes the owner, which garbage-collects everything, and waits until nothing of
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import json
@@ -89,6 +90,7 @@ class PodBackend(Backend):
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
+        self.backup_check: concurrent.futures.Future | None = None
         self.owner: dict[str, Any] | None = None
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -113,6 +115,10 @@ class PodBackend(Backend):
     # -- set-up and clean-up -------------------------------------------------------------------------------
     def prepare(self) -> None:
         self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
+        if self.run_store is not None:  # the store's client is made (seconds) while the objects are created
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-backup-check")
+            self.backup_check = pool.submit(self.run_store.exists, LAYOUT.backup)
+            pool.shutdown(wait=False)
         try:
             self._create_objects()
         except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
@@ -349,8 +355,9 @@ class PodBackend(Backend):
         when the store cannot say: the task then asks it itself."""
         key = (attempt, self.host.state.restarts if self.host is not None else -1)
         if key not in self.backup_found or key[1] < 0:
+            check, self.backup_check = self.backup_check, None  # prepare's, for the first start
             try:
-                self.backup_found = {key: self.run_store.exists(LAYOUT.backup)}
+                self.backup_found = {key: check.result() if check is not None else self.run_store.exists(LAYOUT.backup)}
             except Exception:  # noqa: BLE001 - the task reads the store itself
                 self.backup_found = {key: True}
         return self.backup_found[key]
