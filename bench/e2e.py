@@ -151,9 +151,9 @@ def phases(state) -> dict[str, float]:
 
 
 def end_split(state, chief_log: str) -> dict[str, float]:
-    """after_last_epoch_s in three, from the chief's ``timing: <name> at <time>`` lines (ignite_tf.runtime.timeline):
+    """after_last_epoch_s in three, from the chief's ``timing: <name> at <time>`` lines (ignite_tf.timeline):
     fit_end_s (last epoch reported -> ``fit`` returned), save_s (-> model saved), exit_s (-> final state)."""
-    from ignite_tf.runtime.timeline import marks as read_marks
+    from ignite_tf.timeline import marks as read_marks
 
     marks = read_marks(chief_log)
     if not state.epochs or not state.finished_at or not {"fit_end", "saved"} <= marks.keys():

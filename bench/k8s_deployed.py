@@ -55,6 +55,10 @@ from k8s_harness import (  # noqa: E402
 
 set_bench_env()
 RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
+RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_running", "process_started",
+                  "entry_started", "code_fetched", "runtime_started", "tf_imported", "strategy_ready", "all_up",
+                  "fit_start")
+PARTS = ("startup", "input", "resume", "locality")
 GOALS = {"kubernetes_vs_local": 1.3, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
 
 
@@ -118,6 +122,7 @@ def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: 
 
 
 def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
+    from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.k8s.objects import LABEL_CLUSTER, LABEL_TASK
 
@@ -154,11 +159,17 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     finally:
         if not launcher.status(cluster_id).status.final:
             launcher.stop(cluster_id)
+    # The restarted attempt's moments (a later line of a name wins), from the deletion on.
+    found = timeline.marks(launcher.output(cluster_id)[0])
+    moments = {name: round(found[name] - deleted_wall, 2) for name in RESUME_MOMENTS
+               if found.get(name, 0) > deleted_wall}
+    if next_s is not None:
+        moments["next_epoch"] = round(next_s, 2)
     epoch_s = statistics.median(float(e["epoch_s"]) for e in state.epochs) if state.epochs else None
     return {"status": state.status.value, "deleted_after_epoch": before[-1].get("epoch"), "pod_gone_s": gone_s,
             "epoch_s": epoch_s,
             "next_epoch_s": next_s, "resumed_at_epoch": resumed_at,
-            "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs),
+            "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs), "moments": moments,
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
 
 
@@ -197,15 +208,15 @@ def run(args, say) -> dict:
             conn = nodes.conn
             load(conn, cache, tabular(args.rows), key="id")
             settings = pod_settings(args.namespace, args.host_network)
-            say("startup: local and kubernetes ...")
-            out["startup"] = startup(conn, tmp, settings, args.host_network)
-            say(f"  {out['startup']['kubernetes_vs_local']}\ninput ...")
-            out["input"] = input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
-                                       args.input_warmup)
-            say(f"  {out['input']}\nresume ...")
-            out["resume"] = resume(conn, tmp, settings, args.epochs, cache)
-            say(f"  {out['resume']}\nlocality ...")
-            out["locality"] = locality(conn, tmp, settings, cache)
+            parts = {"startup": lambda: startup(conn, tmp, settings, args.host_network),
+                     "input": lambda: input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
+                                                            args.input_warmup),
+                     "resume": lambda: resume(conn, tmp, settings, args.epochs, cache),
+                     "locality": lambda: locality(conn, tmp, settings, cache)}
+            for part in args.parts:
+                say(f"{part} ...")
+                out[part] = parts[part]()
+                say(f"  {out[part]}")
     out["goals"] = GOALS
     return out
 
@@ -221,31 +232,46 @@ def _cores(groups: dict) -> str:
 
 
 def table(r: dict) -> str:
-    s, i, res, loc = r["startup"], r["input"], r["resume"], r["locality"]
-    by = {x["launcher"]: x for x in s["runs"]}
-    return "\n".join([
-        f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", "",
-        "| measurement | value | goal |", "|---|---|---|",
-        f"| launch -> first step, local (s) | {_f(by['local']['first_step_s'])} | |",
-        f"| launch -> first step, Kubernetes (s) | {_f(by['kubernetes']['first_step_s'])} | |",
-        f"| first step, Kubernetes / local | {_f(s['kubernetes_vs_local'])} | <= {GOALS['kubernetes_vs_local']} |",
-        f"| steps/s fed from Ignite pods (1 pod; {i['rows']:,} rows, {i['rows'] / 1024:.0f} a partition) | "
-        f"{_f(i['steps_s_ignite'], '.0f')} | |",
-        f"| steps/s fed from memory (same pod) | {_f(i['steps_s_memory'], '.0f')} | |",
-        f"| Ignite / memory (median of rounds) | {_f(i['input_ratio'])} ({_f(i['input_ratio_median'])}) | "
-        f">= {GOALS['input_ratio']} |",
-        f"| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | {_cores(i['pod_cpu']['ignite'])} | |",
-        f"| CPU cores, memory path: TF pod / Ignite pods | {_cores(i['pod_cpu']['memory'])} | |",
-        f"| worker pod deleted -> pod gone (s) | {_f(res['pod_gone_s'], '.1f')} | |",
-        f"| epoch time, median (s) | {_f(res['epoch_s'], '.1f')} | |",
-        f"| worker pod deleted -> next epoch (s) | {_f(res['next_epoch_s'], '.1f')} | <= {GOALS['next_epoch_s']} |",
-        f"| deleted after epoch / resumed at epoch | {res['deleted_after_epoch']} / {res['resumed_at_epoch']} | |",
-        f"| epochs asked / epochs run (restarts) | {res['epochs_asked']} / {res['epochs_run']} ({res['restarts']}) "
-        f"| equal |",
-        f"| rows read locally, planned (placement: required) | {_f(loc['planned_locality'], '.1%')} | |",
-        f"| rows read locally, measured | {_f(loc['measured_locality'], '.1%')} | >= "
-        f"{GOALS['measured_locality']:.0%} |",
-    ])
+    rows = [f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", "",
+            "| measurement | value | goal |", "|---|---|---|"]
+    s, i, res, loc = (r.get(part) for part in PARTS)
+    if s:
+        by = {x["launcher"]: x for x in s["runs"]}
+        rows += [
+            f"| launch -> first step, local (s) | {_f(by['local']['first_step_s'])} | |",
+            f"| launch -> first step, Kubernetes (s) | {_f(by['kubernetes']['first_step_s'])} | |",
+            f"| first step, Kubernetes / local | {_f(s['kubernetes_vs_local'])} | <= {GOALS['kubernetes_vs_local']} |"]
+    if i:
+        rows += [
+            f"| steps/s fed from Ignite pods (1 pod; {i['rows']:,} rows, {i['rows'] / 1024:.0f} a partition) | "
+            f"{_f(i['steps_s_ignite'], '.0f')} | |",
+            f"| steps/s fed from memory (same pod) | {_f(i['steps_s_memory'], '.0f')} | |",
+            f"| Ignite / memory (median of rounds) | {_f(i['input_ratio'])} ({_f(i['input_ratio_median'])}) | "
+            f">= {GOALS['input_ratio']} |",
+            f"| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | {_cores(i['pod_cpu']['ignite'])} | |",
+            f"| CPU cores, memory path: TF pod / Ignite pods | {_cores(i['pod_cpu']['memory'])} | |"]
+    if res:
+        rows += [
+            f"| worker pod deleted -> pod gone (s) | {_f(res['pod_gone_s'], '.1f')} | |",
+            f"| epoch time, median (s) | {_f(res['epoch_s'], '.1f')} | |",
+            f"| worker pod deleted -> next epoch (s) | {_f(res['next_epoch_s'], '.1f')} | <= {GOALS['next_epoch_s']} |",
+            f"| deleted after epoch / resumed at epoch | {res['deleted_after_epoch']} / {res['resumed_at_epoch']} | |",
+            f"| epochs asked / epochs run (restarts) | {res['epochs_asked']} / {res['epochs_run']} ({res['restarts']}) "
+            f"| equal |"]
+    if loc:
+        rows += [
+            f"| rows read locally, planned (placement: required) | {_f(loc['planned_locality'], '.1%')} | |",
+            f"| rows read locally, measured | {_f(loc['measured_locality'], '.1%')} | >= "
+            f"{GOALS['measured_locality']:.0%} |"]
+    if s:
+        import k8s_startup
+
+        rows += ["", "Start-up, where the time goes:", "", k8s_startup.moments_table(s["runs"])]
+    if res and res.get("moments"):
+        rows += ["", "Worker pod deleted, where the time goes (s from the deletion, the new attempt's moments):", "",
+                 "| moment | s |", "|---|---|"]
+        rows += [f"| {name} | {at:.2f} |" for name, at in sorted(res["moments"].items(), key=lambda kv: kv[1])]
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows of the input part's table (default 512,000: 500 a partition, as bench/startup.py)")
     parser.add_argument("--input-warmup", type=int, default=10,
                         help="untimed reads of that table first, so the Ignite pods run their scan code compiled")
+    parser.add_argument("--parts", type=lambda text: [p for p in text.split(",") if p], default=list(PARTS),
+                        help=f"which measurements, comma-separated (default all: {','.join(PARTS)})")
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 3, 5, 1, 2_000, 1

@@ -44,6 +44,24 @@ CACHE = "k8s_startup_bench"
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
 TIMEOUT_S = 900.0
 GOAL = 1.3  # issue 24: the Kubernetes launcher's first step at most 1.3x the local one's
+# The start-up's moments (``ignite_tf.timeline``) in the order they happen, with what ends at each.
+MOMENTS = {
+    "supervisor_started": "the supervisor process runs (Python, imports)",
+    "launched": "start_cluster returned (state recorded)",
+    "prepared": "backend ready (Kubernetes: owner, Secret, Service, memory estimate, placement)",
+    "tasks_started": "every task's process or pod created",
+    "chief_scheduled": "the chief pod bound to a node (as the supervisor saw it)",
+    "chief_running": "the chief's container running (as the supervisor saw it)",
+    "process_started": "the chief's Python started (pod: kernel's start time)",
+    "entry_started": "pod entry imported",
+    "code_fetched": "shard plan and code fetched from the run store",
+    "runtime_started": "the runtime's main() runs",
+    "tf_imported": "TensorFlow imported (input read beside it)",
+    "strategy_ready": "MultiWorkerMirroredStrategy up, all workers joined",
+    "all_up": "the supervisor saw every task up",
+    "fit_start": "model built, fit called",
+    "first_step": "the chief's first batch ended",
+}
 
 
 def say(msg: str) -> None:
@@ -61,6 +79,7 @@ def first_step_at(launcher, cluster_id: str, mark: Path) -> float | None:
 
 
 def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None) -> dict:
+    from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
 
@@ -93,9 +112,12 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
             launcher.stop(cluster_id)
     if state.status is not Status.SUCCEEDED:
         raise RuntimeError(f"{kind}: ended {state.status.value}: {state.reason}")
-    up = re.search(r"all \d+ tasks up after ([0-9.]+)s", launcher.output(cluster_id)[0])
+    output = launcher.output(cluster_id)[0]
+    up = re.search(r"all \d+ tasks up after ([0-9.]+)s", output)
+    moments = {name: round(at - t0_wall, 2) for name, at in timeline.marks(output).items() if name in MOMENTS}
+    moments.update(launched=round(launched, 2), first_step=round(first, 2))
     return {"launcher": kind, "launched_s": round(launched, 2), "tasks_up_s": float(up.group(1)) if up else None,
-            "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2)}
+            "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2), "moments": moments}
 
 
 def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None, namespace: str = "default",
@@ -133,9 +155,30 @@ def table(results: list[dict]) -> str:
     for r in results:
         lines.append(f"| {r['launcher']} | {r['launched_s']:.1f} | {r['tasks_up_s']} | {r['first_step_s']:.1f} | "
                      f"{r['total_s']:.1f} |")
+    lines += ["", moments_table(results)]
     if ratio(results) is not None:
         lines.append(f"\nfirst step, Kubernetes / local: {ratio(results):.2f} (goal <= {GOAL})")
     return "\n".join(lines)
+
+
+def moments_table(results: list[dict]) -> str:
+    """Where the start-up goes: each moment's seconds from the ``start_cluster`` call, per launcher."""
+    kinds = [r["launcher"] for r in results]
+    lines = [f"| moment (s from start_cluster) | {' | '.join(kinds)} | what ends there |",
+             "|---|" + "---|" * len(kinds) + "---|"]
+    for name, what in sorted(MOMENTS.items(), key=lambda kv: _order(results, kv[0])):
+        cells = [r.get("moments", {}).get(name) for r in results]
+        if any(c is not None for c in cells):
+            lines.append(f"| {name} | {' | '.join('-' if c is None else f'{c:.2f}' for c in cells)} | {what} |")
+    return "\n".join(lines)
+
+
+def _order(results: list[dict], name: str) -> float:
+    """Moments in the order of the last launcher's run (Kubernetes' has the most), then the list's."""
+    for r in reversed(results):
+        if name in r.get("moments", {}):
+            return r["moments"][name]
+    return list(MOMENTS).index(name)
 
 
 def main(argv: list[str] | None = None) -> int:

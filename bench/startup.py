@@ -20,7 +20,7 @@ a running one, whose nodes' CPU is then not measured) and measures:
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
                   the chief; each cluster trains one short epoch (``--epochs N``: N of them, which the
                   tasks prepare before the first step) and must finish with nothing left running.
-                  The chief's ``timing:`` lines (``ignite_tf.runtime.timeline``) split it: to the runtime's
+                  The chief's ``timing:`` lines (``ignite_tf.timeline``) split it: to the runtime's
                   start (discovery, plan, supervisor, Python; for a task forked from the fork server, also
                   the server's imports), TF imported, strategy ready (TF_CONFIG, gRPC
                   servers, every worker joined), fit started (plan, columns, model, dataset) and the first
@@ -202,7 +202,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
     if left:
         raise RuntimeError(f"{workers}-worker cluster {cluster_id} left processes running: {left}")
     up = re.search(r"all \d+ tasks up after ([0-9.]+)s", log)
-    from ignite_tf.runtime.timeline import marks
+    from ignite_tf.timeline import marks
 
     moments = marks(log)
     split, before = {}, t0_wall

@@ -26,6 +26,7 @@ import yaml
 from ignite_tf_dev.k8s import addons as local_k8s_addons
 
 from ignite_tf.cluster.api import make_launcher
+from ignite_tf.cluster.k8s import startfiles
 from ignite_tf.cluster.state import Status
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.runstore import LAYOUT, RunStore
@@ -197,6 +198,7 @@ runpy.run_module("ignite_tf.runtime", run_name="__main__")
 READER = """
 import json, sys
 from ignite_tf.cluster.api import make_launcher
+from ignite_tf.cluster.k8s import startfiles
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 from ignite_tf.runstore import LAYOUT, RunStore
@@ -253,6 +255,8 @@ def test_cli_training_survives_a_deleted_worker_pod_and_is_read_from_the_store_a
         wait_for(lambda: start.poll() is None and launcher.find(cid) and len(launcher.store.epochs(cid)) >= 1,
                  900, "the first epoch", poll=0.2)
         victim = cluster_pods(core, ns, cid)["worker-1"]
+        # The plan and the shipped job folder came in the pods' start files, not through a store client.
+        assert any(v.config_map and v.name == startfiles.VOLUME for v in victim.spec.volumes), victim.spec.volumes
         deleted = time.monotonic()
         core.delete_namespaced_pod(victim.metadata.name, ns)  # the default grace period
 

@@ -53,11 +53,11 @@ def test_runtime_main_exits_with_its_code():
 
 def test_timing_marks_are_lines_bench_e2e_reads():
     done = run_python("""
-        from ignite_tf.runtime.timeline import mark
+        from ignite_tf.timeline import mark
         mark("fit_end")
         mark("hidden", show=False)
     """)
-    from ignite_tf.runtime.timeline import marks
+    from ignite_tf.timeline import marks
 
     assert done.stdout.count("\n") == 1 and list(marks(done.stdout)) == ["fit_end"]
     assert marks("timing: x at 1.5\nepoch 1/2\ntiming: x at 2.5\ntiming: y at 3") == {"x": 2.5, "y": 3.0}

@@ -137,7 +137,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
     job.pop("shipped", None)
     # A remote run's tasks may not see this disk (pods): its job folder goes to the store too.
-    shipped = shipping.ship(store, job.get("entry_point"), py_modules, job.get("job_dir") if store.remote else None)
+    shipped = shipping.ship(store, job.get("entry_point"), py_modules, job.get("job_dir") if store.remote else None,
+                            local_copy=folder.code_zip if store.remote else None)
     if shipped:
         job["shipped"] = shipped
 

@@ -105,27 +105,34 @@ def pack(entry_point: str | None, py_modules: Iterable[str | os.PathLike] = (),
 
 
 def ship(store: RunStore, entry_point: str | None, py_modules: Iterable[str | os.PathLike] = (),
-         job_dir: str | os.PathLike | None = None) -> list[str]:
-    """Pack and write ``code.zip`` to the run's store; the names shipped (empty: nothing)."""
+         job_dir: str | os.PathLike | None = None, local_copy: str | os.PathLike | None = None) -> list[str]:
+    """Pack and write ``code.zip`` to the run's store (and to ``local_copy``: the run's staging folder, where a
+    supervisor on this host reads it without a store client); the names shipped (empty: nothing)."""
     packed = pack(entry_point, py_modules, job_dir)
     if packed is None:
         return []
     data, names = packed
     store.write_bytes(LAYOUT.code_zip, data)
+    if local_copy is not None:
+        Path(local_copy).parent.mkdir(parents=True, exist_ok=True)
+        Path(local_copy).write_bytes(data)
     return names
 
 
 def unpack(store: RunStore, run_dir: str | Path) -> str | None:
     """Unpack the run's ``code.zip`` into ``<run_dir>/code``; that folder (for ``PYTHONPATH``), or None."""
     data = store.read_bytes(LAYOUT.code_zip)
-    if data is None:
-        return None
+    return None if data is None else extract(data, run_dir, store.url)
+
+
+def extract(data: bytes, run_dir: str | Path, origin: str) -> str:
+    """Unpack ``code.zip``'s bytes (read from ``origin``) into ``<run_dir>/code``; that folder."""
     target = (Path(run_dir) / LAYOUT.code).resolve()
     target.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         for member in zf.namelist():
             if not (target / member).resolve().is_relative_to(target):
-                raise ConfigError(f"code.zip in {store.url}: member {member!r} escapes the code folder")
+                raise ConfigError(f"code.zip in {origin}: member {member!r} escapes the code folder")
         zf.extractall(target)
     return str(target)
 

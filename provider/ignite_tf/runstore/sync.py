@@ -21,7 +21,12 @@ import sys
 import threading
 from pathlib import Path
 
-from ignite_tf.contract import ENV_PROGRESS_FILE, ENV_RUN_STORE, ENV_RUN_STORE_PROGRESS
+from ignite_tf.contract import (
+    ENV_PROGRESS_FILE,
+    ENV_RUN_STORE,
+    ENV_RUN_STORE_NO_BACKUP,
+    ENV_RUN_STORE_PROGRESS,
+)
 from ignite_tf.runstore.mirror import EVERY_S
 from ignite_tf.runstore.store import LAYOUT, RunStore, is_remote
 
@@ -29,10 +34,13 @@ from ignite_tf.runstore.store import LAYOUT, RunStore, is_remote
 class TaskSync:
     """The run store of this task (``store``; None: nothing to do), its backup and TensorBoard folders."""
 
-    def __init__(self, store: RunStore | None, backup_dir: Path, tensorboard_dir: Path, is_chief: bool):
+    def __init__(self, store: RunStore | None, backup_dir: Path, tensorboard_dir: Path, is_chief: bool,
+                 no_backup: bool = False):
         self.store, self.backup_dir, self.tensorboard_dir, self.is_chief = store, backup_dir, tensorboard_dir, is_chief
+        self.no_backup = no_backup  # the supervisor found none when it started this task: nothing to pull
         self._seen: dict[str, dict[str, tuple]] = {"backup": {}, "tensorboard": {}}
         self._progress_stop = threading.Event()
+        self._pushing: threading.Thread | None = None
 
     @classmethod
     def from_env(cls, backup_dir: str | Path, tensorboard_dir: str | Path, is_chief: bool,
@@ -40,7 +48,7 @@ class TaskSync:
         env = os.environ if environ is None else environ
         url = env.get(ENV_RUN_STORE, "")
         store = RunStore(url) if is_remote(url) else None
-        sync = cls(store, Path(backup_dir), Path(tensorboard_dir), is_chief)
+        sync = cls(store, Path(backup_dir), Path(tensorboard_dir), is_chief, no_backup=bool(env.get(ENV_RUN_STORE_NO_BACKUP)))
         if store is not None and env.get(ENV_RUN_STORE_PROGRESS) and env.get(ENV_PROGRESS_FILE):
             sync._follow_progress(Path(env[ENV_PROGRESS_FILE]))
         return sync
@@ -48,7 +56,7 @@ class TaskSync:
     # -- before fit ------------------------------------------------------------------------------------------
     def pull(self) -> bool:
         """Bring the store's backup into the local backup folder; whether there was one."""
-        if self.store is None:
+        if self.store is None or self.no_backup:
             return False
         try:
             found = self.store.get_dir(LAYOUT.backup, self.backup_dir)
@@ -60,10 +68,21 @@ class TaskSync:
         return found
 
     # -- while fit runs --------------------------------------------------------------------------------------
+    def push_meanwhile(self) -> None:
+        """``push`` in a thread: the first one makes the store's client (seconds of imports), which need not
+        delay TensorFlow's import; the next ``push`` waits for it."""
+        if self.store is None or not self.is_chief:
+            return
+        self._pushing = threading.Thread(target=self.push, name="ignite-tf-push", daemon=True)
+        self._pushing.start()
+
     def push(self) -> None:
         """Copy the chief's backup and TensorBoard events (what changed) to the store."""
         if self.store is None or not self.is_chief:
             return
+        pushing, self._pushing = self._pushing, None
+        if pushing is not None and pushing is not threading.current_thread():
+            pushing.join()
         for name, local, key in (("backup", self.backup_dir, LAYOUT.backup),
                                  ("tensorboard", self.tensorboard_dir, LAYOUT.tensorboard)):
             try:

@@ -31,13 +31,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ignite_tf import contract
+from ignite_tf import contract, timeline
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.sync import TaskSync
-from ignite_tf.runtime import ending, stopping, timeline
+from ignite_tf.runtime import ending, stopping
 from ignite_tf.runtime.model import (
     build_model,
     checkpoints_through_chief,
@@ -157,7 +157,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     store_sync = TaskSync.from_env(backup_dir, tb_dir, info.is_chief)  # an object-store run root; else no-ops
     store_sync.pull()  # its newest backup (with its attempt file), before anything here looks at backup_dir
     stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
-    store_sync.push()  # the claim, for an older attempt's pod that reads the store
+    store_sync.push_meanwhile()  # the claim, for an older attempt's pod that reads the store
     # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
     # by modules imported first, so the two threads never import side by side.
     import ignite_tf.reader.partition  # noqa: F401
@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     contract.report("runtime started", force=True)  # watched from here: start-up counts toward the timeout
     try:
         info = task_info()
+        timeline.replay(show=info.is_chief)  # the pod's first process's moments, if it was one
         timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
             serve(epochs=args.epochs or 0, batch_size=args.batch_size, label_column=args.label_column, features=features,

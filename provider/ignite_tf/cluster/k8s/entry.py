@@ -6,7 +6,8 @@ folder importable, then ``exec`` of the task's command (the container's main pro
 and signals are the pod's). A command that is not Python stays its child (``run_as_pid1``): as pid 1 it
 would ignore the pod's SIGTERM. With an object-store run root (``IGNITE_TF_RUN_STORE``) it first fetches what
 the pod cannot see on a shared disk: the shard plan, and the code the launcher shipped (``code.zip``,
-unpacked first on ``PYTHONPATH``; see ``ignite_tf.runstore.code``).
+unpacked first on ``PYTHONPATH``; see ``ignite_tf.runstore.code``), from the pod's start files where the
+supervisor put them (``ignite_tf.cluster.k8s.startfiles``), else from the store.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ignite_tf import timeline
+from ignite_tf.cluster.k8s import startfiles
 from ignite_tf.contract import (
     ENV_CODE,
     ENV_JOB_DIR,
@@ -28,31 +31,55 @@ from ignite_tf.contract import (
 )
 
 
-def fetch_run(environ=None) -> str | None:
+def fetch_run(environ=None, start_dir: str = startfiles.MOUNT) -> str | None:
     """From a remote run store: the shard plan to ``IGNITE_TF_SHARD_PLAN`` and the shipped code unpacked into
-    the pod's run folder; returns the code folder (for ``PYTHONPATH``), None when nothing was shipped."""
+    the pod's run folder; returns the code folder (for ``PYTHONPATH``), None when nothing was shipped. The
+    supervisor's copies in the pod's start files (``startfiles``) are taken first: no store client to make."""
     env = os.environ if environ is None else environ
     if not env.get(ENV_RUN_STORE):
         return None
-    from ignite_tf.runstore import LAYOUT, RunStore, code
+    from ignite_tf.runstore import LAYOUT, code
 
-    store = RunStore(env[ENV_RUN_STORE])
-    if env.get(ENV_SHARD_PLAN) and not store.get_file(LAYOUT.shard_plan, env[ENV_SHARD_PLAN]):
-        sys.exit(f"the shard plan is not in the run store {store.path(LAYOUT.shard_plan)}")
+    store = None
+
+    def the_store():
+        nonlocal store
+        if store is None:
+            from ignite_tf.runstore import RunStore
+
+            store = RunStore(env[ENV_RUN_STORE])
+        return store
+
+    if env.get(ENV_SHARD_PLAN):
+        plan = startfiles.local(startfiles.PLAN, start_dir)
+        if plan is not None:
+            Path(env[ENV_SHARD_PLAN]).parent.mkdir(parents=True, exist_ok=True)
+            Path(env[ENV_SHARD_PLAN]).write_bytes(plan)
+        elif not the_store().get_file(LAYOUT.shard_plan, env[ENV_SHARD_PLAN]):
+            sys.exit(f"the shard plan is not in the run store {the_store().path(LAYOUT.shard_plan)}")
     if not env.get(ENV_CODE):
         return None
-    return code.unpack(store, env[ENV_RUN_DIR])
+    shipped = startfiles.local(startfiles.CODE, start_dir)
+    if shipped is not None:
+        return code.extract(shipped, env[ENV_RUN_DIR], f"{start_dir}/{startfiles.CODE}")
+    return code.unpack(the_store(), env[ENV_RUN_DIR])
 
 
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit("usage: python -m ignite_tf.cluster.k8s.entry CWD -- COMMAND [ARGS...]")
     cwd, command = argv[0], argv[2:]
+    # The pod's start, for the runtime's timeline (``ignite_tf.timeline``); a user's command sees none of it.
+    started = timeline.process_started()
+    if started is not None:
+        timeline.carry("process_started", at=started)
+    timeline.carry("entry_started")
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     if os.environ.get(ENV_PROGRESS_FILE):
         Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
     shipped = fetch_run()
+    timeline.carry("code_fetched")
     job_dir = os.environ.get(ENV_JOB_DIR)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, shipped, job_dir,
                                                               os.environ.get("PYTHONPATH")]))

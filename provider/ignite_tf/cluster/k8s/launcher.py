@@ -6,7 +6,8 @@ process``: a detached process on this host, as the local launcher's) and keeps t
 store, so ``ps``, ``attach``, ``stop``, the operator and the trigger work unchanged; ``launch`` returns once the
 supervisor recorded the state, and this process may end at any time after. It talks to Kubernetes only through
 Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
-gets that connection, resolved here, through its environment.
+gets that connection, resolved here, through its environment, and reads it without importing Airflow
+(``ignite_tf.cluster.k8s.client``).
 
 With an object-store run root (``s3://...``, ``ignite_tf.runstore``) the pods need no volume: the run lives in
 the store, where every reader finds it after the pods are gone, and the job folder and the user's modules

@@ -11,17 +11,21 @@ behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
 Airflow task log show), so logs outlive the pods (a pod supervisor records in the state how many bytes of each
-pod's log it copied, so that its successor goes on from there: ``adopt``); with an object-store run root the supervisor copies those
-files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no volume at all: each works
-in its own staging folder (``objects.POD_RUN_DIR``), fetches the shard plan and the shipped code from the store
+pod's log it copied, so that its successor goes on from there: ``adopt``); with an object-store run root the
+supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
+volume of the run: each works in its own staging folder (``objects.POD_RUN_DIR``), takes the shard plan and the
+shipped code from its start files (``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store
 (``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
-(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the supervisor ends — success, failure or stop — it
+(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the
+supervisor ends — success, failure or stop — it
 deletes the owner, which garbage-collects everything, and waits until nothing of the cluster is left.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.commands import task_command, task_cwd
-from ignite_tf.cluster.k8s import objects, placement
+from ignite_tf.cluster.k8s import client, objects, placement, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
@@ -41,13 +45,20 @@ from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend, SetupError
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
-from ignite_tf.contract import ENV_JOB_DIR, ENV_RUN_STORE_PROGRESS, ENV_STATE_STORE, STORE_ENV
+from ignite_tf.contract import (
+    ENV_JOB_DIR,
+    ENV_RUN_STORE_NO_BACKUP,
+    ENV_RUN_STORE_PROGRESS,
+    ENV_STATE_STORE,
+    STORE_ENV,
+)
 from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
 from ignite_tf.runstore.credentials import environment_credentials
 
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
+STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
@@ -66,7 +77,7 @@ def api_exception():
 
 class PodBackend(Backend):
     """Tasks as pods in ``namespace``, from ``image``, with ``settings``; ``core``: a CoreV1Api (default
-    from Airflow's ``KubernetesHook`` on ``settings.conn_id``)."""
+    the connection ``settings.conn_id``, see ``ignite_tf.cluster.k8s.client``)."""
 
     poll_s = LIST_EVERY_S
 
@@ -89,6 +100,10 @@ class PodBackend(Backend):
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
+        self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
+        self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
+        self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
+        self.backup_check: concurrent.futures.Future | None = None
         self.owner: dict[str, Any] | None = owner
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -104,9 +119,7 @@ class PodBackend(Backend):
 
     @cached_property
     def core(self):
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        return KubernetesHook(conn_id=self.settings.conn_id).core_v1_client
+        return client.core_v1(self.settings.conn_id)
 
     def launcher_info(self) -> dict[str, Any]:
         info = {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
@@ -118,6 +131,10 @@ class PodBackend(Backend):
     # -- set-up and clean-up -------------------------------------------------------------------------------
     def prepare(self) -> None:
         self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
+        if self.run_store is not None:  # the store's client is made (seconds) while the objects are created
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-backup-check")
+            self.backup_check = pool.submit(self.run_store.exists, LAYOUT.backup)
+            pool.shutdown(wait=False)
         try:
             self._create_objects()
         except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
@@ -136,6 +153,7 @@ class PodBackend(Backend):
         except api_exception() as exc:
             if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
                 raise
+        self.start_files = self._create_start_files(meta)
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
         self.memory_estimate = est.quantity()
@@ -175,6 +193,31 @@ class PodBackend(Backend):
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             self._wait_gone()
         raise RuntimeError(f"could not create ConfigMap {self.spec.cluster_id} in namespace {self.namespace}")
+
+    def _create_start_files(self, meta: dict[str, Any]) -> bool:
+        """The shard plan and ``code.zip`` in the pods' start files (``startfiles``), for a run in an object
+        store; whether they were made (else the pods fetch them from the store)."""
+        if self.run_store is None:
+            return False
+        files = {}
+        if self.spec.shard_plan_path and Path(self.spec.shard_plan_path).is_file():
+            files[startfiles.PLAN] = Path(self.spec.shard_plan_path).read_bytes()
+        if self.spec.job.get("shipped"):
+            here = self.spec.folder.code_zip  # the launcher's copy, when it ran on this host
+            shipped = here.read_bytes() if here.is_file() else self.run_store.read_bytes(LAYOUT.code_zip)
+            if shipped is None:
+                return False
+            files[startfiles.CODE] = shipped
+        body = startfiles.manifest(self.spec.cluster_id, objects.labels(self.spec, self.settings),
+                                   objects.owner_ref(meta), files)
+        if body is None:
+            return False
+        try:
+            self.core.create_namespaced_config_map(self.namespace, body)
+        except api_exception() as exc:
+            if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
+                raise
+        return True
 
     def secret_env(self) -> dict[str, str]:
         """What the cluster's Secret holds (every pod gets it through ``envFrom``): the Ignite connection, the
@@ -258,9 +301,18 @@ class PodBackend(Backend):
                 continue
             if _started(pod) and pod.metadata.name not in self.followers:
                 self._follow(task, pod.metadata.name)
+            if task is self.spec.chief:
+                self._mark_chief(pod)
         self._record_placement()
         if self.in_pod and self.host is not None:
             self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+
+    def _mark_chief(self, pod) -> None:
+        """The chief pod's scheduling and start, as this poll saw them, in the start-up's timeline."""
+        for moment, reached in (("chief_scheduled", bool(pod.spec.node_name)), ("chief_running", _started(pod))):
+            if reached and (pod.metadata.name, moment) not in self.marked and self.host is not None:
+                self.marked.add((pod.metadata.name, moment))
+                self.host.mark(moment)
 
     def _follow(self, task: ClusterTask, name: str) -> None:
         """Copy the pod's log into the task's log file from where the last supervisor left it (``copied``)."""
@@ -321,6 +373,8 @@ class PodBackend(Backend):
             env[ENV_JOB_DIR] = spec.job["job_dir"]
         if spec.run_store:
             env[ENV_RUN_STORE_PROGRESS] = "1"
+            if not self._backup_in_store(attempt):
+                env[ENV_RUN_STORE_NO_BACKUP] = "1"
         node = None
         if task.role is Role.WORKER and task.index < len(self.wanted):
             node = self.wanted[task.index]
@@ -333,9 +387,24 @@ class PodBackend(Backend):
         if left is not None:  # the pod ends by itself even if no supervisor is left to stop it
             body["spec"]["activeDeadlineSeconds"] = max(1, int(left + self.spec.supervision.grace_period_s
                                                                 + DEADLINE_MARGIN_S))
+        if self.start_files:
+            startfiles.mount(body, self.spec.cluster_id)
         self.core.create_namespaced_pod(self.namespace, body)
         self.current[task.name] = body["metadata"]["name"]
         return 0
+
+    def _backup_in_store(self, attempt: int) -> bool:
+        """Whether the run store holds a backup as a (re)start creates its pods: asked once per start of the
+        cluster or of one task (the pods it replaces have ended, so none appears meanwhile from them). True
+        when the store cannot say: the task then asks it itself."""
+        key = (attempt, self.host.state.restarts if self.host is not None else -1)
+        if key not in self.backup_found or key[1] < 0:
+            check, self.backup_check = self.backup_check, None  # prepare's, for the first start
+            try:
+                self.backup_found = {key: check.result() if check is not None else self.run_store.exists(LAYOUT.backup)}
+            except Exception:  # noqa: BLE001 - the task reads the store itself
+                self.backup_found = {key: True}
+        return self.backup_found[key]
 
     def _pod(self, task: ClusterTask):
         return self.pods.get(self.current.get(task.name, ""))
@@ -350,20 +419,23 @@ class PodBackend(Backend):
                 if exc.status != 404:
                     raise
 
-    def _wait_pods_gone(self, names: list[str], timeout: float) -> None:
+    def _wait_pods_ended(self, names: list[str], timeout: float) -> None:
+        """Until each pod is gone or its container has ended: a dead task writes nothing more (no backup), so
+        its replacement may start while the kubelet still tears the old pod down (``release`` waits for
+        every object to be gone at the end)."""
         deadline = time.monotonic() + timeout
         while names and time.monotonic() < deadline:
             self.refresh()
-            names = [n for n in names if n in self.pods]
+            names = [n for n in names if n in self.pods and not _ended(self.pods[n])]
             if names:
-                time.sleep(0.3)
+                time.sleep(STOP_POLL_S)
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
 
     def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
         names = [self.current[t.name] for t in tasks if t.name in self.current]
         self._delete(names, grace)
-        self._wait_pods_gone(names, grace + 30)
+        self._wait_pods_ended(names, grace + 30)
         for name in names:
             follower = self.followers.get(name)
             if follower is not None:
@@ -486,6 +558,11 @@ def _started(pod) -> bool:
     return any(cs.state and (cs.state.running or cs.state.terminated) for cs in pod.status.container_statuses or [])
 
 
+def _ended(pod) -> bool:
+    """Whether the pod's task process is dead: its container terminated, or the pod failed or succeeded."""
+    return _terminated(pod) is not None or pod.status.phase in ("Failed", "Succeeded")
+
+
 def _terminated(pod):
     for cs in pod.status.container_statuses or []:
         if cs.name == objects.CONTAINER and cs.state and cs.state.terminated:
@@ -523,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     if store is None:
         print(f"error: no state store configured ({ENV_STATE_STORE})", file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
+    # The Kubernetes client's import (a second of the path to the first pod) beside the state store's first write.
+    threading.Thread(target=importlib.import_module, args=("kubernetes.client",), daemon=True).start()
     try:
         backend = PodBackend(spec, KubernetesSettings.parse(k8s["settings"]), k8s["namespace"], k8s["image"])
         return int(Supervisor(spec, store, backend).run())

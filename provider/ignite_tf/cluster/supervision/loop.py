@@ -24,6 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ignite_tf import timeline
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
@@ -79,6 +80,11 @@ class Supervisor:
         with open(self.spec.log_path(self.spec.chief), "a") as f:
             f.write(line)
 
+    def mark(self, name: str) -> None:
+        """A moment of the start-up (``ignite_tf.timeline``) in the chief's output, for the benches."""
+        with open(self.spec.log_path(self.spec.chief), "a") as f:
+            f.write(timeline.line(name) + "\n")
+
     def save(self, force: bool = False) -> None:
         now = time.time()
         if force or now - self._last_put >= HEARTBEAT_S:
@@ -108,6 +114,7 @@ class Supervisor:
         for task in self.spec.tasks:
             self.start_task(task)
         self.attempt_started = time.monotonic()
+        self.mark("tasks_started")
         self.state.status, self.state.attempt = Status.STARTING, self.attempt
         self.save(force=True)
 
@@ -131,6 +138,7 @@ class Supervisor:
         self.event(f"{why}: restarting the whole cluster from the latest checkpoint "
                    f"(restart {self.state.restarts}/{limit})")
         self.state.status = Status.RESTARTING
+        self.mark("restarting")
         self.save(force=True)
         self.stop_all()
         for ts in self.state.tasks:
@@ -142,6 +150,7 @@ class Supervisor:
         self.tstate(task).restarts += 1
         self.event(f"{why}: restarting {task.name} alone; training goes on "
                    f"(restart {self.state.restarts}/{self.spec.supervision.max_restarts})")
+        self.mark("restarting")
         self.stop_tasks([task], 0)
         self.start_task(task)
         self.save(force=True)
@@ -212,11 +221,13 @@ class Supervisor:
         if self.mirror is not None:
             self.mirror.start()
         try:
+            self.mark("supervisor_started")
             self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
             try:
                 self.backend.prepare()
             except SetupError as exc:
                 return self._abort(str(exc))
+            self.mark("prepared")
             if self.resumed_from:
                 self.event(f"cluster {self.spec.cluster_id} resumed (resume {self.state.resumes}) from its "
                            f"checkpoints in {self.spec.run_location}; it had {self.resumed_from}")
@@ -316,6 +327,7 @@ class Supervisor:
             return None
         if isinstance(decision, AllUp):
             self.state.status = Status.RUNNING
+            self.mark("all_up")
             self.event(f"all {len(self.spec.tasks)} tasks up after {decision.after_s:.1f}s")
             self.save(force=True)
             return None
