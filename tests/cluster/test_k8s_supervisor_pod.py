@@ -71,7 +71,8 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
     reader.start()
     launcher = make_launcher(conn)
     try:
-        wait_for(lambda: start.poll() is None and launcher.find(cid), 600, "the launch to be recorded", poll=0.05)
+        # A launch that fails ends the process: that is an answer too (asserted below), not a wait of 600 s.
+        wait_for(lambda: start.poll() is not None or launcher.find(cid), 600, "the launch to be recorded", poll=0.05)
         start.send_signal(signal.SIGKILL)  # the launching process dies right after the launch is recorded
         start.wait(timeout=30)
     finally:

@@ -31,8 +31,8 @@ from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, 
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.cluster.state import ClusterState, LocalStateStore, StateStore, Status, store_to_env
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.cluster.state import ClusterState, LocalStateStore, StateStore, store_to_env
+from ignite_tf.errors import ConfigError
 
 STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook before its first record
 
@@ -163,30 +163,6 @@ class KubernetesLauncher(SupervisedLauncher):
             env.update(self.run_store_env())
         env.update(pass_through(spec.pass_env, os.environ, source=f"cluster {spec.cluster_id}: env"))
         return env
-
-    def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
-        """A pod supervisor is asked through the state store only (its pid is its pod's); one that no longer
-        heartbeats is lost, and the cluster's objects are deleted here (``on_lost``)."""
-        state = self.status(cluster_id)
-        if (state.launcher or {}).get("supervisor") != SupervisorMode.POD.value:
-            return super().stop(cluster_id, timeout)
-        if state.status.final:
-            return state
-        self.store.request_stop(cluster_id)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.status(cluster_id)
-            if state.status.final:
-                return state
-            if state.heartbeat_stale():
-                state.status, state.reason, state.finished_at = Status.STOPPED, "supervisor lost", time.time()
-                state.mark_lost()
-                self.store.put(state)
-                if self.on_lost is not None:
-                    self.on_lost(state)
-                return state
-            time.sleep(0.2)
-        raise IgniteTFError(f"cluster {cluster_id} did not stop within {timeout:.0f}s")
 
     def supervisor_command(self, spec: ClusterSpec) -> list[str]:
         return [sys.executable, "-m", pods.MODULE, str(spec.folder.spec), str(spec.folder.kubernetes)]

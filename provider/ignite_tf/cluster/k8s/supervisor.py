@@ -57,8 +57,9 @@ ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
-    # The root ConfigMap: read at start (its uid), deleted at the end; the Secret is only listed (leftovers).
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "delete"]},
+    # The root ConfigMap: read at start (its uid), deleted at the end; the pods' start files: a ConfigMap made
+    # at start (ignite_tf.cluster.k8s.startfiles); the Secret is only listed (leftovers).
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]},
 ]
 
@@ -94,6 +95,8 @@ def ensure_rbac(api_client, namespace: str) -> None:
             create[body["kind"]](body)
         except ApiException as exc:
             if exc.status == 409:  # there already (made by us before, or by the team's admin)
+                if body["kind"] == "Role":
+                    _update_role(rbac, namespace, body)
                 continue
             if exc.status == 403:
                 raise ConfigError(
@@ -101,6 +104,18 @@ def ensure_rbac(api_client, namespace: str) -> None:
                     f"{body['metadata']['name']} in namespace {namespace}: have an admin apply {RBAC_FILE} "
                     f"(`kubectl apply -n {namespace} -f {RBAC_FILE}`), or set kubernetes.supervisor: "
                     f"process") from None
+            raise
+
+
+def _update_role(rbac, namespace: str, body: dict) -> None:
+    """Give a Role made by an earlier version the rules of this one (a supervisor missing a right fails at start);
+    one the launcher may not update is the team admin's, who applies ``RBAC_FILE`` of this version."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        rbac.patch_namespaced_role(body["metadata"]["name"], namespace, {"rules": body["rules"]})
+    except ApiException as exc:
+        if exc.status != 403:
             raise
 
 
