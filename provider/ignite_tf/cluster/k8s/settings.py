@@ -28,11 +28,7 @@ class Placement(StrEnum):
     @classmethod
     def parse(cls, value: Placement | str | None) -> Placement:
         """``value`` as a Placement (None or empty: the default, ``PREFERRED``)."""
-        try:
-            return cls(value or DEFAULT_PLACEMENT)
-        except ValueError:
-            raise ConfigError(f"kubernetes.placement must be one of {[p.value for p in cls]} "
-                              f"(got {value!r})") from None
+        return _choice(cls, value, DEFAULT_PLACEMENT, "kubernetes.placement")
 
 
 DEFAULT_PLACEMENT = Placement.PREFERRED
@@ -49,14 +45,19 @@ class SupervisorMode(StrEnum):
 
     @classmethod
     def parse(cls, value: SupervisorMode | str | None) -> SupervisorMode:
-        try:
-            return cls(value or DEFAULT_SUPERVISOR)
-        except ValueError:
-            raise ConfigError(f"kubernetes.supervisor must be one of {[m.value for m in cls]} "
-                              f"(got {value!r})") from None
+        """``value`` as a SupervisorMode (None or empty: the default, ``POD``)."""
+        return _choice(cls, value, DEFAULT_SUPERVISOR, "kubernetes.supervisor")
 
 
 DEFAULT_SUPERVISOR = SupervisorMode.POD
+
+
+def _choice(kind: type[StrEnum], value, default: StrEnum, key: str) -> StrEnum:
+    """``value`` as a member of ``kind`` (None or empty: ``default``); a clear error naming ``key`` otherwise."""
+    try:
+        return kind(value or default)
+    except ValueError:
+        raise ConfigError(f"{key} must be one of {[m.value for m in kind]} (got {value!r})") from None
 
 
 @dataclass
