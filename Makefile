@@ -42,7 +42,7 @@ lock:
 	$(UV) pip compile -q requirements/requirements.in -o requirements/lock.txt --python-version 3.11
 
 test: setup browser
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS)
 
 # The docs site (mkdocs.yml, docs/) into site/; --strict makes a broken link or anchor an error.
 # NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner, not a warning about these docs.

@@ -61,6 +61,11 @@ def test_the_supervisor_deployment_is_owned_by_the_root_and_takes_secrets_by_ref
     assert not [v for v in ps["volumes"] if "hostPath" in v]  # a run store: no volume
     local = supervisor.deployment_manifest(_spec(), settings, "reg/task:1", owner)["spec"]["template"]["spec"]
     assert {"name": "run", "hostPath": {"path": "/runs/tf-x1", "type": "DirectoryOrCreate"}} in local["volumes"]
+    assert "hostNetwork" not in local
+    # On the host network the tasks reach Ignite (the state store) at host addresses: so must the supervisor.
+    host = KubernetesSettings(host_network=True, dns=False)
+    on_host = supervisor.deployment_manifest(_spec(), host, "reg/task:1", owner)["spec"]["template"]["spec"]
+    assert on_host["hostNetwork"] is True and on_host["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
 def test_the_root_holds_what_the_supervisor_pod_needs():

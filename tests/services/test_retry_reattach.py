@@ -112,7 +112,7 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
         [s for s in samples if len(s[0]) > 1 or s[1] > 1][:5]
     assert any(supervisors == 1 for _, supervisors in samples)
 
-    # Every epoch asked for was trained once: try 2 re-attached, it did not train again.
+    # Every epoch asked for was trained once: try 2 re-attached (or reused the result), it did not train again.
     final = launcher.status(killed[1])
     reported = [e["epoch"] for e in final.epochs]
     assert sorted(set(reported)) == list(range(1, EPOCHS + 1)) and len(reported) == EPOCHS, reported
@@ -120,5 +120,10 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
     result = svc.request("GET", f"{base}/taskInstances/train/xcomEntries/return_value?deserialize=true")["value"]
     assert result["cluster_id"] == killed[1] and result["epochs"] == EPOCHS, result
     second_try = next((svc.home / "logs").rglob(f"run_id={run_id}/task_id=train/attempt=2.log"))
-    assert f"re-attaching to TensorFlow cluster {killed[1]}" in second_try.read_text()
+    # Try 2 starts when Airflow learns of the kill: at once when the executor sees its task process die, or only
+    # after the task heartbeat timeout (minutes) on a loaded machine, when the cluster may have finished; either
+    # way it took that cluster, never a new one.
+    said = second_try.read_text()
+    assert (f"re-attaching to TensorFlow cluster {killed[1]}" in said
+            or f"TensorFlow cluster {killed[1]} already succeeded" in said), said[-3000:]
     assert_nothing_left(killed[1], final.run_dir)

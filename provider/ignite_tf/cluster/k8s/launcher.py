@@ -117,7 +117,7 @@ class KubernetesLauncher(SupervisedLauncher):
 
     def prepare(self, spec: ClusterSpec) -> None:
         """Pod addresses in the spec, the job folder in the run folder, the pod backend's settings beside."""
-        image = self.settings.image or default_image()  # before anything talks to Kubernetes
+        image = self.image()  # before anything talks to Kubernetes
         namespace = self.namespace()
         run_dir = Path(spec.run_dir)
         if not spec.run_store:  # a run store carries the job folder in its code.zip
@@ -125,6 +125,10 @@ class KubernetesLauncher(SupervisedLauncher):
         objects.with_pod_addresses(spec, namespace, self.settings)
         spec.folder.kubernetes.write_text(json.dumps({
             "settings": self.settings.to_dict(), "namespace": namespace, "image": image}, indent=2))
+
+    def image(self) -> str:
+        """The task image: the settings' own, or the one ``make image`` built (an error saying so when none)."""
+        return self.settings.image or default_image()
 
     @property
     def in_cluster(self) -> bool:
@@ -135,6 +139,7 @@ class KubernetesLauncher(SupervisedLauncher):
         supervisor pod recorded the state (the tasks may still be starting)."""
         if not self.in_cluster:
             return super().launch(spec, timeout)
+        self.image()  # a missing image is the first thing to say, before what else is missing
         if isinstance(self.store, LocalStateStore):
             raise ConfigError("kubernetes.supervisor: pod needs the Ignite state store (a connection: "
                               "IGNITE_TF_ADDRESSES, or the operator's conn_id), which its pod reaches; a local "

@@ -137,6 +137,12 @@ def run_volume(spec: ClusterSpec, settings: KubernetesSettings) -> tuple[list[di
     return volumes, mounts
 
 
+def pod_network(settings: KubernetesSettings) -> dict[str, Any]:
+    """The network of every pod of the cluster, task or supervisor: the supervisor reaches the Ignite state store
+    at the addresses the tasks reach Ignite at, which with ``host_network`` are the host's."""
+    return {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"} if settings.host_network else {}
+
+
 def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespace: str, settings: KubernetesSettings,
                  image: str, owner: dict[str, Any], argv: list[str], cwd: str, env: dict[str, str],
                  node: str | None, memory: str) -> dict[str, Any]:
@@ -162,8 +168,7 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
         "enableServiceLinks": False, "terminationGracePeriodSeconds": int(spec.supervision.grace_period_s),
         "containers": [container], "volumes": volumes,
     }
-    if settings.host_network:
-        pod_spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet")
+    pod_spec.update(pod_network(settings))
     if not settings.dns:
         pod_spec["hostAliases"] = [{"ip": "127.0.0.1", "hostnames": [task_dns(spec.cluster_id, namespace, t)
                                                                      for t in spec.tasks]}]

@@ -146,6 +146,7 @@ def deployment_manifest(spec: ClusterSpec, settings: KubernetesSettings, image: 
             "volumes": [{"name": "cluster", "configMap": {"name": spec.cluster_id}}, *volumes],
             "tolerations": [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
                              "tolerationSeconds": NODE_GONE_S} for t in ("not-ready", "unreachable")],
+            **objects.pod_network(settings),
         },
     }
     return {"apiVersion": "apps/v1", "kind": "Deployment",
