@@ -27,8 +27,8 @@ Outside a cluster (no TF_CONFIG, no plan) pass ``cache=`` and the one worker rea
 
 These datasets run in the calling Python process (``from_generator``), which is what MultiWorkerMirroredStrategy
 and single-process training need. Under ParameterServerStrategy the dataset function is traced on the
-coordinator and runs on the workers, so async mode feeds workers from local files instead
-(``ignite_tf.runtime.feed``).
+coordinator and runs on the workers, so async mode feeds workers from local files instead: a script on the
+chief gets its ``dataset_fn`` from ``parameter_server_dataset_fn`` (each worker writes its own shard there).
 
 Why blocks: Python work per batch (a generator step, a dict of column slices, stacking) cost more than a
 training step of a small model. So Python hands tf.data a block of rows at a time (``BLOCK_ROWS``, or whole

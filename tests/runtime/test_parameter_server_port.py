@@ -6,6 +6,8 @@ exactly once per epoch."""
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
 import subprocess
@@ -25,18 +27,65 @@ TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "paramete
 ROWS, EPOCHS = 600, 3  # ported.py's NUM_EPOCHS
 
 
-def test_ported_parameter_server_tutorial_reads_every_row_once_per_epoch(ignite_conn, tmp_path):
-    from ignite_tf.etl import load
-    from ignite_tf.runtime.feed import read_feed
-
+def _toy():
     sys.path.insert(0, str(TUTORIAL))
     try:
         import toy
     finally:
         sys.path.remove(str(TUTORIAL))
-    cache, cid = f"ps_tutorial_{uuid.uuid4().hex[:8]}", f"ps-tutorial-{uuid.uuid4().hex[:6]}"
-    table = toy.frame(ROWS)
+    return toy
+
+
+@pytest.fixture(scope="module")
+def toy_cache(ignite_conn):
+    """(cache name, the table in it): the tutorial's toy rows in a fresh cache."""
+    from ignite_tf.etl import load
+
+    cache, table = f"ps_tutorial_{uuid.uuid4().hex[:8]}", _toy().frame(ROWS)
     assert load(ignite_conn, cache, table, key="id").rows_in_cache == ROWS
+    return cache, table
+
+
+def test_ps_tutorial_port_changes_fewer_than_ten_lines():
+    original = (TUTORIAL / "original.py").read_text().splitlines()
+    ported = (TUTORIAL / "ported.py").read_text().splitlines()
+    changed = [line for line in difflib.unified_diff(original, ported, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert 0 < len(changed) < 10, changed
+    listed = (TUTORIAL / "CHANGES.md").read_text()
+    for line in changed:
+        assert line in listed, f"CHANGES.md does not list {line!r}"
+
+
+def test_worker_answers_a_request_it_cannot_serve_with_the_error(toy_cache, ignite_conn, tmp_path, monkeypatch):
+    """A worker that cannot write the requested feed answers with the error (the chief raises it, naming the
+    worker) instead of leaving the chief waiting; a good request is answered with the rows of its shard."""
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.reader.feed import ANSWER, REQUEST, request_text
+    from ignite_tf.runtime.feed import answer, pending_request
+
+    cache, _ = toy_cache
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2)
+    monkeypatch.chdir(tmp_path)
+    assert pending_request() is None
+    bad = json.loads(request_text({"batch_size": 32, "epochs": 1, "label_column": "nope", "features": None,
+                                   "shuffle_buffer": 0}))
+    Path(REQUEST).write_text(json.dumps(bad))
+    assert pending_request() == bad
+    reply = answer(pending_request(), worker=1, plan=plan, conn=ignite_conn, log=lambda _: None)
+    assert json.loads(Path(ANSWER).read_text()) == reply
+    assert reply["id"] == bad["id"] and "nope" in reply["error"], reply
+    good = json.loads(request_text({**bad, "label_column": "y"}))
+    reply = answer(good, worker=1, plan=plan, conn=ignite_conn, log=lambda _: None)
+    assert "error" not in reply and reply["rows"] == [plan.shard(1, 0).rows], reply
+
+
+def test_ported_parameter_server_tutorial_reads_every_row_once_per_epoch(toy_cache, ignite_conn, tmp_path):
+    from ignite_tf.runtime.feed import read_feed
+
+    cache, table = toy_cache
+    cid = f"ps-tutorial-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, **ignite_conn.to_env(), "IGNITE_TF_RUN_ROOT": str(tmp_path / "runs"),
            "IGNITE_TF_HOME": str(tmp_path / "home")}
     run = subprocess.run([sys.executable, "-m", "ignite_tf.cli", "start", "--mode", "async", "--workers", "2",

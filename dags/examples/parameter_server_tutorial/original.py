@@ -3,8 +3,8 @@
 The coordinator (this script, the ``chief`` task) makes a ParameterServerStrategy over the cluster in
 TF_CONFIG, a ClusterCoordinator, a per-worker dataset from a ``dataset_fn`` through
 ``distribute_datasets_from_function``, and schedules ``step_fn`` closures on the workers, joining at the end
-of every epoch. Workers and parameter servers run a plain ``tf.distribute.Server``. CHANGES.md says what
-porting it to ignite-tf changed.
+of every epoch. Workers and parameter servers run TF servers. CHANGES.md says what porting it to ignite-tf
+changed.
 """
 
 import os
@@ -27,11 +27,10 @@ coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
 
 def dataset_fn(input_context):
-    batch_size = input_context.get_per_replica_batch_size(GLOBAL_BATCH_SIZE)
     x, y = toy.load_data()
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat()
     dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return dataset.batch(batch_size).prefetch(2)
+    return dataset.batch(input_context.get_per_replica_batch_size(GLOBAL_BATCH_SIZE)).prefetch(2)
 
 
 with strategy.scope():

@@ -3,8 +3,8 @@
 The coordinator (this script, the ``chief`` task) makes a ParameterServerStrategy over the cluster in
 TF_CONFIG, a ClusterCoordinator, a per-worker dataset from a ``dataset_fn`` through
 ``distribute_datasets_from_function``, and schedules ``step_fn`` closures on the workers, joining at the end
-of every epoch. CHANGES.md says what porting it to ignite-tf changed: each worker now trains on its own
-shard of an Ignite cache, every row once per epoch.
+of every epoch. Workers and parameter servers run TF servers. CHANGES.md says what porting it to ignite-tf
+changed.
 """
 
 import os
