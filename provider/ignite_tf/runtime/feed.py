@@ -32,8 +32,8 @@ from ignite_tf.errors import ConfigError
 from ignite_tf.reader.blocks import filled
 from ignite_tf.reader.feed import ANSWER, FEED_DIR, REQUEST, feed_dataset_fn, feed_file
 
-__all__ = ["FEED_DIR", "answer", "answer_requests", "columns", "feed_dataset_fn", "feed_file", "label_classes", "pending_request",
-           "read_feed", "resume_point", "sync_dataset", "write_feed"]
+__all__ = ["FEED_DIR", "answer", "answer_requests", "columns", "feed_dataset_fn", "feed_file", "label_classes",
+           "pending_request", "prepare_feed", "read_feed", "resume_point", "sync_dataset", "write_feed"]
 
 _META = "meta.json"
 
@@ -195,6 +195,20 @@ def answer(request: dict, *, worker: int, plan=None, conn=None, log=print) -> di
     tmp.write_text(json.dumps(reply))
     tmp.replace(path)
     return reply
+
+
+def prepare_feed(worker: int, epochs: int, *, log=print, **flags) -> str | None:
+    """An async worker's feed before its server starts: given ``epochs`` (the runtime's chief), written from the
+    flags (``write_feed``'s); else (a user's chief) the request the chief made before this worker restarted,
+    if any, answered so the chief's datasets find it again. Returns the id of the request answered."""
+    if epochs > 0:
+        write_feed(epochs, worker=worker, log=log, **flags)
+        return None
+    request = pending_request()
+    if request is None:
+        return None
+    answer(request, worker=worker, log=log)
+    return request.get("id")
 
 
 def answer_requests(worker: int, *, answered: str | None = None, plan=None, conn=None, log=print,

@@ -93,20 +93,12 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
     if not info.serves:
         raise ConfigError(f"task {info.type}-{info.index} in {info.mode.value} mode trains, it does not serve: "
                           f"only async workers and ps tasks serve")
-    answers, answered = info.type == "worker" and epochs <= 0, None
-    if info.type == "worker" and epochs > 0:
-        from ignite_tf.runtime.feed import write_feed
+    answered = None
+    if info.type == "worker":
+        from ignite_tf.runtime.feed import answer_requests, prepare_feed
 
-        write_feed(epochs, batch_size=batch_size, label=label_column, features=features, worker=info.index,
-                   shuffle_buffer=shuffle_buffer, log=_log)
-    elif answers:
-        from ignite_tf.runtime.feed import answer, pending_request
-
-        # A restarted worker completes the feed its chief asked for before the chief's datasets reach it again.
-        request = pending_request()
-        if request is not None:
-            answer(request, worker=info.index, log=_log)
-        answered = request.get("id") if request else None
+        answered = prepare_feed(info.index, epochs, batch_size=batch_size, label=label_column, features=features,
+                                shuffle_buffer=shuffle_buffer, log=_log)
     contract.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     tf = import_tf()
@@ -117,9 +109,7 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
                                   protocol=resolver.rpc_layer or "grpc", config=config, start=True)
     contract.handle_stop()  # ends the task from the stop watcher while the main thread waits in join()
     _log(f"serving {info.type}-{info.index} at {server.target} (cwd {os.getcwd()})")
-    if join and answers:
-        from ignite_tf.runtime.feed import answer_requests
-
+    if join and info.type == "worker" and epochs <= 0:
         answer_requests(info.index, answered=answered, log=_log)
     if join:
         server.join()
