@@ -4,13 +4,11 @@ Sync mode (MultiWorkerMirroredStrategy): every worker runs its own input pipelin
 straight from Ignite with ``ignite_tf.data.dataset``; the epochs of one ``fit`` are chained, each epoch
 exactly ``steps`` batches long (all workers must take the same number of steps).
 
-Async mode (ParameterServerStrategy): the chief traces the ``dataset_fn`` ONCE into a graph that every
-worker executes, so a generator that reads Ignite cannot run there and every worker gets the same graph.
-Each async worker therefore first writes its shard's rows for every epoch into its OWN working directory
-(``feed/epoch-00000.tfrecord``, ...; one TFRecord record per block of ``batch_size`` rows, raw float32
-bytes ``[rows, n_features + 1]`` with the label in the last column), and only then starts its TF server.
-The chief's ``dataset_fn`` names the files by RELATIVE paths, which each worker process resolves against
-its own working directory, so each worker reads its own shard (checked by ``tests/test_runtime.py``).
+Async mode (ParameterServerStrategy): each async worker writes its shard's rows for every epoch into its OWN
+working directory, and the chief's dataset graph reads them there (the files and that graph:
+``ignite_tf.reader.feed``). Under the runtime's chief a worker writes its feed from its command line's flags
+before its TF server starts (``serve``); under a user's chief script it serves at once and writes the feed the
+script's ``ignite_tf.data.parameter_server_dataset_fn`` asks for (``answer_requests``).
 
 Disk cost of the feed, per worker: ``epochs x shard rows x (n_features + 1) x 4`` bytes (10 epochs of a
 1M-row shard with 16 features: 680 MB). A restarted worker reuses a complete feed written for the same
@@ -32,13 +30,12 @@ import ignite_tf.data as itd
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.blocks import filled
+from ignite_tf.reader.feed import ANSWER, FEED_DIR, REQUEST, feed_dataset_fn, feed_file
 
-FEED_DIR = "feed"  # relative on purpose: resolved against each worker's own working directory
+__all__ = ["FEED_DIR", "answer", "answer_requests", "columns", "feed_dataset_fn", "feed_file", "label_classes",
+           "pending_request", "prepare_feed", "read_feed", "resume_point", "sync_dataset", "write_feed"]
+
 _META = "meta.json"
-
-
-def feed_file(epoch: int, feed_dir: str = FEED_DIR) -> str:
-    return f"{feed_dir}/epoch-{int(epoch):05d}.tfrecord"
 
 
 def columns(plan, label: str | None, features: list[str] | None, conn=None) -> tuple[list[str], str, np.dtype]:
@@ -173,30 +170,59 @@ def write_feed(epochs: int, *, batch_size: int, label: str, features: list[str] 
     return {**meta, "reused": False}
 
 
-def feed_dataset_fn(*, n_features: int, label_dtype, epochs: int, start_epoch: int = 0,
-                    feed_dir: str = FEED_DIR):
-    """The chief's ``dataset_fn`` over the workers' feeds: ``(features [b, n], label [b])`` batches, repeated.
+def pending_request() -> dict | None:
+    """The chief's last feed request in this worker's directory (``ignite_tf.data.parameter_server_dataset_fn``)."""
+    try:
+        return json.loads(Path(REQUEST).read_text())
+    except (OSError, ValueError):  # none yet; the chief's write replaces the file whole
+        return None
 
-    ``feed_dir`` must stay relative: the traced graph runs in each worker process, whose working
-    directory holds that worker's own feed.
-    """
-    import tensorflow as tf
 
-    if os.path.isabs(str(feed_dir)):
-        raise ConfigError(f"feed_dir {feed_dir!r} must be relative: each worker resolves it in its own directory")
-    files = [feed_file(e, str(feed_dir)) for e in range(start_epoch, epochs)]
-    label_tf = tf.as_dtype(np.dtype(label_dtype))
+def answer(request: dict, *, worker: int, plan=None, conn=None, log=print) -> dict:
+    """Write (or reuse) the feed ``request`` asks for, then ``ANSWER``: the chief waits for it. A failure is
+    answered too (the chief raises it, naming this worker) instead of leaving the chief waiting."""
+    try:
+        meta = write_feed(int(request["epochs"]), batch_size=int(request["batch_size"]), label=request["label_column"],
+                          features=request.get("features"), worker=worker, plan=plan, conn=conn,
+                          shuffle_buffer=int(request.get("shuffle_buffer", DEFAULT_SHUFFLE_BUFFER)), log=log)
+        reply = {"id": request.get("id"), "worker": worker, "rows": meta["rows"], "reused": meta["reused"]}
+    except Exception as exc:  # noqa: BLE001 - reported to the chief, which fails the job with it
+        log(f"feed: worker {worker} could not write the requested feed: {type(exc).__name__}: {exc}")
+        reply = {"id": request.get("id"), "worker": worker, "error": f"{type(exc).__name__}: {exc}"}
+    path = Path(ANSWER)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(reply))
+    tmp.replace(path)
+    return reply
 
-    def decode(record):
-        block = tf.reshape(tf.io.decode_raw(record, tf.float32), [-1, n_features + 1])
-        return block[:, :n_features], tf.cast(block[:, n_features], label_tf)
 
-    def dataset_fn(input_context=None):
-        ds = tf.data.TFRecordDataset(files).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-        # Async workers run at their own pace: a fast worker wraps around instead of running dry.
-        return ds.repeat().prefetch(tf.data.AUTOTUNE)
+def prepare_feed(worker: int, epochs: int, *, log=print, **flags) -> str | None:
+    """An async worker's feed before its server starts: given ``epochs`` (the runtime's chief), written from the
+    flags (``write_feed``'s); else (a user's chief) the request the chief made before this worker restarted,
+    if any, answered so the chief's datasets find it again. Returns the id of the request answered."""
+    if epochs > 0:
+        write_feed(epochs, worker=worker, log=log, **flags)
+        return None
+    request = pending_request()
+    if request is None:
+        return None
+    answer(request, worker=worker, log=log)
+    return request.get("id")
 
-    return dataset_fn
+
+def answer_requests(worker: int, *, answered: str | None = None, plan=None, conn=None, log=print,
+                    poll_s: float = 0.2) -> None:
+    """An async worker under a user's chief script: answer each new feed request of the chief, forever (the
+    TF server answers the chief meanwhile, in its own threads). A request already answered before this process
+    started (a restarted worker) is answered before its server starts (``serve``), which passes its ``answered``
+    id."""
+    while True:
+        request = pending_request()
+        if request is not None and request.get("id") != answered:
+            answer(request, worker=worker, plan=plan, conn=conn, log=log)
+            answered = request.get("id")
+        time.sleep(poll_s)
 
 
 def read_feed(feed_dir: str | Path, epoch: int) -> np.ndarray:

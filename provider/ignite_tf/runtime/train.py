@@ -86,17 +86,19 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
     Given ``epochs``, an async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for as
     many epochs, so the runtime chief's dataset graph finds it when the server starts answering. That costs disk
     (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens. Without
-    ``epochs`` it is a plain TF server: a user's own chief script brings its own datasets.
+    ``epochs`` it is a TF server that also writes the feed a user's chief script asks for
+    (``ignite_tf.data.parameter_server_dataset_fn``; a script bringing its own datasets asks for none).
     """
     info = task_info()
     if not info.serves:
         raise ConfigError(f"task {info.type}-{info.index} in {info.mode.value} mode trains, it does not serve: "
                           f"only async workers and ps tasks serve")
-    if info.type == "worker" and epochs > 0:
-        from ignite_tf.runtime.feed import write_feed
+    answered = None
+    if info.type == "worker":
+        from ignite_tf.runtime.feed import answer_requests, prepare_feed
 
-        write_feed(epochs, batch_size=batch_size, label=label_column, features=features, worker=info.index,
-                   shuffle_buffer=shuffle_buffer, log=_log)
+        answered = prepare_feed(info.index, epochs, batch_size=batch_size, label=label_column, features=features,
+                                shuffle_buffer=shuffle_buffer, log=_log)
     contract.serving(f"serving {info.type}-{info.index}")  # the chief's progress stands for the cluster's
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     tf = import_tf()
@@ -107,6 +109,8 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
                                   protocol=resolver.rpc_layer or "grpc", config=config, start=True)
     contract.handle_stop()  # ends the task from the stop watcher while the main thread waits in join()
     _log(f"serving {info.type}-{info.index} at {server.target} (cwd {os.getcwd()})")
+    if join and info.type == "worker" and epochs <= 0:
+        answer_requests(info.index, answered=answered, log=_log)
     if join:
         server.join()
     return server
