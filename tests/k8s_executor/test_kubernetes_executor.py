@@ -24,7 +24,7 @@ import yaml
 
 from ignite_tf.cluster.api import make_launcher
 from tests.cluster import test_k8s_training as training
-from tests.support.airflow import ignite_connection_env
+from tests.support.airflow import SECRET, ignite_connection_env
 from tests.support.airflow_k8s import (
     apply_launcher_rbac,
     create_connections_secret,
@@ -39,10 +39,19 @@ deployed = training.deployed  # namespace, Ignite pods, a fresh run root on the 
 EPOCHS = 4
 
 PIPELINE = "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\nairflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n"
+# A training with the local launcher, deferred (the defaults): it cannot outlive a worker pod, so it is refused.
+REFUSED = '''# airflow dag
+from airflow.sdk import DAG
+
+from ignite_tf.operators.tensorflow import TFClusterOperator
+
+with DAG("{dag_id}", schedule=None):
+    TFClusterOperator(task_id="train", cache="never_read", entry_point="ignite_tf.models:tabular_classifier")
+'''
 
 
-def write_dags(root, dag_id: str, ns: str, run_root: str) -> None:
-    """The DAG folder: the three-line DAG file, the spec, its data file and validation suite."""
+def write_dags(root, dag_id: str, ns: str, run_root: str, refused_dag_id: str) -> None:
+    """The DAG folder: the three-line DAG file, the spec, its data file and validation suite; the refused DAG."""
     from ignite_tf_dev import demo_data
     from ignite_tf_dev.k8s import images
 
@@ -52,6 +61,7 @@ def write_dags(root, dag_id: str, ns: str, run_root: str) -> None:
     (dags / "expectations" / "tabular.yaml").write_text((REPO / "dags/expectations/tabular.yaml").read_text())
     demo_data.tabular(1200, seed=3).to_parquet(dags / "tabular.parquet", index=False)
     (dags / "pipelines.py").write_text(PIPELINE)
+    (dags / "refused.py").write_text(REFUSED.format(dag_id=refused_dag_id))
     (dags / "specs" / "k8s_executor.yaml").write_text(yaml.safe_dump({
         "dag_id": dag_id, "cache": f"k8s_exec_{uuid.uuid4().hex[:6]}", "key": "id", "run_root": run_root,
         "source": {"path": "../tabular.parquet"}, "suite": "../expectations/tabular.yaml",
@@ -61,9 +71,9 @@ def write_dags(root, dag_id: str, ns: str, run_root: str) -> None:
         "publish": {"registry_root": str(root / "registry"), "model": "k8s_executor", "thresholds": {}}}))
 
 
-def worker_pods(core, ns: str, task_id: str | None = None) -> list:
-    """KubernetesExecutor's worker pods in ``ns`` (of one task), those being deleted left out."""
-    selector = "kubernetes_executor=True" + (f",task_id={task_id}" if task_id else "")
+def worker_pods(core, ns: str, dag_id: str, task_id: str | None = None) -> list:
+    """KubernetesExecutor's worker pods in ``ns`` of a DAG (of one task), those being deleted left out."""
+    selector = f"kubernetes_executor=True,dag_id={dag_id}" + (f",task_id={task_id}" if task_id else "")
     return [p for p in core.list_namespaced_pod(ns, label_selector=selector).items
             if not p.metadata.deletion_timestamp]
 
@@ -76,6 +86,7 @@ class TrainPods:
         self.core, self.ns, self.launcher, self.dag_id = core, ns, launcher, dag_id
         self.first: str | None = None
         self.names: list[str] = []
+        self.specs: list[str] = []  # each pod's, as the API server has it
         self.gone_at: tuple[float, int, str] | None = None  # (time, epochs then, cluster status then)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -86,12 +97,14 @@ class TrainPods:
     def _run(self) -> None:
         while not self.stop.wait(0.5):
             try:
-                live = [p.metadata.name for p in worker_pods(self.core, self.ns, "train")]
+                pods = worker_pods(self.core, self.ns, self.dag_id, "train")
             except Exception:  # noqa: BLE001 - a sample missed; the next one counts
                 continue
-            for name in live:
-                if name not in self.names:
-                    self.names.append(name)
+            live = [p.metadata.name for p in pods]
+            for pod in pods:
+                if pod.metadata.name not in self.names:
+                    self.names.append(pod.metadata.name)
+                    self.specs.append(json.dumps(pod.to_dict(), default=str))
             self.first = self.first or (self.names[0] if self.names else None)
             if self.first and self.first not in live and self.gone_at is None:
                 state = self.cluster()
@@ -104,10 +117,12 @@ def test_yaml_pipeline_under_kubernetes_executor(deployed, k8s_cluster, tmp_path
     launches the cluster (supervisor pod, task pod), defers and is deleted before the first epoch is recorded;
     the triggerer on this host follows the chief's output into the task's log; a later worker pod completes the
     task and the publish task's pod publishes the model, which loads and scores rows. Nothing of the cluster,
-    and no worker pod, is left."""
+    and no worker pod, is left. Beside it, a DAG whose training has the local launcher, deferred, fails in its
+    worker pod before anything starts, saying why and what to use, without a retry."""
     core, ns, conn, run_root, exports = deployed
     dag_id = f"ignite_tf_k8s_executor_{uuid.uuid4().hex[:4]}"
-    write_dags(tmp_path, dag_id, ns, run_root)
+    refused_id = f"{dag_id}_local_refused"
+    write_dags(tmp_path, dag_id, ns, run_root, refused_id)
     binding = apply_launcher_rbac(k8s_cluster.layout, ns)
     connections = ignite_connection_env(conn)
     store_env = {k: v for k, v in exports.items() if k.startswith("AWS_") and k != "AWS_ENDPOINT_URL"}
@@ -119,16 +134,21 @@ def test_yaml_pipeline_under_kubernetes_executor(deployed, k8s_cluster, tmp_path
     started = time.monotonic()
     try:
         svc.start()
-        wait_parsed(svc, dag_id)
-        svc.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-        run_id = svc.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"]
+        runs = {}
+        for dag in (dag_id, refused_id):
+            wait_parsed(svc, dag)
+            svc.request("PATCH", f"/api/v2/dags/{dag}", {"is_paused": False})
+            runs[dag] = svc.request("POST", f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
+        run_id = runs[dag_id]
         base = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
+        refused_base = f"/api/v2/dags/{refused_id}/dagRuns/{runs[refused_id]}"
         watch.thread.start()
-        seen_deferred, state = False, "queued"
+        seen_deferred, state, refused_state = False, "queued", "queued"
         deadline = time.monotonic() + 1200
         while time.monotonic() < deadline:
             state = svc.request("GET", base)["state"]
-            if state in ("success", "failed"):
+            refused_state = svc.request("GET", refused_base)["state"]
+            if state in ("success", "failed") and refused_state in ("success", "failed"):
                 break
             tis = {t["task_id"]: t["state"] for t in svc.request("GET", f"{base}/taskInstances")["task_instances"]}
             seen_deferred = seen_deferred or tis.get("train") == "deferred"
@@ -141,10 +161,13 @@ def test_yaml_pipeline_under_kubernetes_executor(deployed, k8s_cluster, tmp_path
         assert state == "success", ({k: t["state"] for k, t in tis.items()},
                                     svc.log("scheduler").read_text()[-3000:])
         # The scheduler deletes each finished worker pod (delete_worker_pods), the last one too.
-        wait_for(lambda: not worker_pods(core, ns), 120, "the worker pods to be deleted by the scheduler")
+        wait_for(lambda: not worker_pods(core, ns, dag_id), 120, "the worker pods to be deleted by the scheduler")
         folder = svc.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=train"
         worker_log = (folder / "attempt=1.log").read_text()
         trigger_log = "".join(f.read_text() for f in sorted(folder.glob("attempt=1.log.trigger.*.log")))
+        refused_ti = svc.request("GET", f"{refused_base}/taskInstances/train")
+        refused_log = (svc.home / "logs" / f"dag_id={refused_id}" / f"run_id={runs[refused_id]}" / "task_id=train"
+                       / "attempt=1.log").read_text()
     finally:
         watch.stop.set()
         svc.stop()
@@ -154,10 +177,18 @@ def test_yaml_pipeline_under_kubernetes_executor(deployed, k8s_cluster, tmp_path
     pids, ports = svc.leftovers()
     assert not pids and not ports, f"Airflow left processes {pids} / listening ports {ports}"
 
+    # The local launcher's deferred training, refused in its worker pod, which knows its executor.
+    assert refused_state == "failed" and refused_ti["state"] == "failed", (refused_state, refused_ti)
+    assert refused_ti["try_number"] == 1, refused_ti
+    assert "cannot work under KubernetesExecutor" in refused_log and "launcher='kubernetes'" in refused_log, \
+        refused_log[-3000:]
+    assert not [s for s in launcher.store.list() if s.labels.get("dag_id") == refused_id]
+
     # The training was deferred, and its worker pod was gone while the cluster had yet to train.
     cluster = watch.cluster()
     assert seen_deferred and tis["train"]["try_number"] == 1, tis["train"]
     assert len(watch.names) >= 2, f"one worker pod launched, a later one completed: {watch.names}"
+    assert not [s for s in watch.specs if SECRET in s], "the Ignite password is in a worker pod's spec"
     assert watch.gone_at is not None, "the launching worker pod was never seen gone"
     gone, epochs_then, status_then = watch.gone_at
     assert epochs_then < EPOCHS and status_then not in ("succeeded", "failed", "stopped"), watch.gone_at
