@@ -43,7 +43,10 @@ def table_input(conn, cache: str, validation: dict | None = None):
     input_facets: dict[str, Any] = {}
     if validation:
         facets["dataQualityAssertions"] = dqa.DataQualityAssertionsDatasetFacet(assertions=[
-            dqa.Assertion(assertion=check["expectation"], success=bool(check["success"]), column=check.get("column"))
+            # severity "error": a failed check stops the run before training
+            dqa.Assertion(assertion=check["expectation"], success=bool(check["success"]), column=check.get("column"),
+                          severity="error", params={k: v for k, v in check.get("kwargs", {}).items() if k != "column"},
+                          description=check.get("detail") or None)
             for check in validation.get("checks", ())])
         input_facets["dataQualityMetrics"] = dqm.DataQualityMetricsInputDatasetFacet(
             rowCount=validation.get("rows"), columnMetrics={})
