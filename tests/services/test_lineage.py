@@ -49,6 +49,7 @@ training:
   batch_size: 32
   label_column: label
   startup_deadline_s: 180
+  deferrable: false             # one epoch: waiting in the worker is quicker than the triggerer's hand-over
 publish:
   model: {model}
 """
@@ -111,7 +112,11 @@ def test_new_rows_start_the_retraining_run_and_every_stage_reports_its_lineage(a
         run = wait_for(retrain_run, timeout=900, poll=3, errors=BUSY, what=f"a finished run of {RETRAIN}",
                        seen=lambda: svc.log("scheduler").read_text()[-3000:])
         base = f"/api/v2/dags/{RETRAIN}/dagRuns/{run['dag_run_id']}"
-        tis = {t["task_id"]: t["state"] for t in svc.request("GET", f"{base}/taskInstances")["task_instances"]}
+        listed = svc.request("GET", f"{base}/taskInstances")["task_instances"]
+        tis = {t["task_id"]: t["state"] for t in listed}
+        print("retraining run", run["queued_at"], run["start_date"], run["end_date"])  # where the time goes
+        for t in sorted(listed, key=lambda t: t["start_date"] or ""):
+            print(t["task_id"], t["map_index"], t["queued_when"], t["start_date"], t["end_date"], t["duration"])
         assert run["state"] == "success", tis
         assert run["run_type"] == "asset_triggered", run
         producer_state = svc.request("GET", f"/api/v2/dags/{PRODUCER}/dagRuns/{produced}")["state"]
