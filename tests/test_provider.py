@@ -33,12 +33,13 @@ def airflow_schema(name: str) -> dict:
 def test_import_is_light():
     code = (
         "import sys\n"
-        "heavy = ('tensorflow', 'great_expectations')\n"
+        "heavy = ('tensorflow', 'great_expectations', 'openlineage')\n"
         "import ignite_tf\n"
         "assert not [m for m in heavy if m in sys.modules], ('ignite_tf', [m for m in heavy if m in sys.modules])\n"
         "import ignite_tf.hooks.ignite\n"
         "assert not [m for m in heavy if m in sys.modules], ('hook', [m for m in heavy if m in sys.modules])\n"
         "import ignite_tf.ui.plugin, ignite_tf.operators.tensorflow, ignite_tf.operators.publish\n"
+        "import ignite_tf.operators.ignite, ignite_tf.operators.validation, ignite_tf.pipeline.factory\n"
         "assert not [m for m in heavy if m in sys.modules], ('plugin', [m for m in heavy if m in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

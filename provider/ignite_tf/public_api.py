@@ -61,6 +61,7 @@ PYTHON: dict[str, str] = {
     # Airflow: operators, sensor, trigger (its class path is stored with each deferred task), hook, links.
     "ignite_tf.operators.ignite.IgniteLoadOperator": "operator",
     "ignite_tf.operators.ignite.IgnitePartitionsOperator": "operator",
+    "ignite_tf.operators.ignite.table_asset": "function",
     "ignite_tf.operators.shards.ShardPlanOperator": "operator",
     "ignite_tf.operators.validation.ValidateShardOperator": "operator",
     "ignite_tf.operators.validation.ValidationGateOperator": "operator",
@@ -115,7 +116,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 
 # Keys of a pipeline spec (``resources/pipeline.schema.json``), dotted by section.
 YAML_KEYS: tuple[str, ...] = (
-    "dag_id", "description", "owner", "tags", "schedule", "schedule.asset", "ignite_conn_id", "run_root",
+    "dag_id", "description", "owner", "tags", "schedule", "schedule.asset", "schedule.table", "ignite_conn_id", "run_root",
     "run_store_conn_id", "cache", "key", "suite",
     # Airflow's task settings, for every task and per stage (``ignite_tf.pipeline.task_policy``).
     "retries", "retry_delay", "retry_exponential_backoff", "max_retry_delay", "execution_timeout",

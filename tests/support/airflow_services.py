@@ -197,7 +197,12 @@ def start_project_services(root: Path, ignite_conn, rows: int = 2000) -> tuple[A
     shutil.copytree(REPO / "dags", root / "dags", ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(ignite_connection_env(ignite_conn))
     env.update({"IGNITE_TF_RUN_ROOT": str(root / "runs"), "IGNITE_TF_REGISTRY": str(root / "registry"),
-                "IGNITE_TF_DEMO_ROWS": str(rows), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins")})
+                "IGNITE_TF_DEMO_ROWS": str(rows), "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+                # Airflow's openlineage provider sends every task's events to files (one per event) under
+                # openlineage/: the real transport, read by tests/services/test_lineage.py.
+                "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                    {"type": "file", "log_file_path": str(root / "openlineage" / "event"), "append": False})})
+    (root / "openlineage").mkdir(exist_ok=True)
     svc = AirflowServices(root / "home", root / "dags", env)
     svc.start()
     return svc, root

@@ -100,6 +100,15 @@ class PublishModelOperator(IgniteTFOperator):
                 context["outlet_events"][outlet].extra = {"version": result.version, "status": result.status}
         return result.to_dict()
 
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The validated table in, the model version out."""
+        from ignite_tf.lineage import lineage, model_output, table_input
+
+        cache = as_dict(self.partition_map).get("cache") if self.partition_map else None
+        validation = as_dict(self.validation) if self.validation else None
+        inputs = [table_input(self.conn, cache, validation)] if cache else []
+        return lineage(inputs, [model_output(self.published)] if self.published else [])
+
 
 def _ignite_version(conn) -> str | None:
     try:

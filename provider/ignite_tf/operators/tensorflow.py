@@ -248,6 +248,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self._cluster_id = event.get("cluster_id") or self._cluster_id  # so that on_kill finds it here too
         return super().execute_complete(context, event)
 
+    def get_openlineage_facets_on_start(self):
+        """The table it trains on, in (the model it makes is the publish task's output)."""
+        from ignite_tf.lineage import lineage, table_input
+
+        return lineage([table_input(self.conn, self.cache)])
+
     def stop_owned_cluster(self, cluster_id: str, why: str) -> None:
         """Stop the cluster this task launched (nothing to do when it has ended)."""
         from ignite_tf.cluster.api import make_launcher

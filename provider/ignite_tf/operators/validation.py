@@ -61,6 +61,7 @@ class ValidationGateOperator(IgniteTFOperator):
         super().__init__(**kwargs)
         self.results, self.suite, self.cache, self.run_root = results, suite, cache, run_root
         self.run_store_conn_id = run_store_conn_id
+        self.summary: dict[str, Any] | None = None  # the merged result, for OpenLineage (passed or not)
 
     def execute(self, context) -> dict[str, Any]:
         from ignite_tf.errors import ValidationFailed
@@ -70,6 +71,7 @@ class ValidationGateOperator(IgniteTFOperator):
         # past the end and logs a 404 "XCom not found" error in every run.
         results = [ShardResult.from_dict(as_dict(self.results[i])) for i in range(len(self.results))]
         summary = merge(results, self.suite, conn=self.conn if self.cache else None, cache=self.cache)
+        self.summary = summary.to_dict()
         from ignite_tf.runstore.credentials import credentials_env, environment
 
         with environment(credentials_env(self.run_store_conn_id) if self.run_store_conn_id else {}):
@@ -83,3 +85,10 @@ class ValidationGateOperator(IgniteTFOperator):
         out = summary.to_dict()
         out["files"] = {k: str(v) for k, v in paths.items()}
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The table in, with the validation result as its data-quality facets (on failure too)."""
+        from ignite_tf.lineage import lineage, table_input
+
+        cache = self.cache or (self.summary or {}).get("cache")
+        return lineage([table_input(self.conn, cache, self.summary)] if cache else [])

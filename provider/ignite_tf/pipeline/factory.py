@@ -21,6 +21,7 @@ from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.contract import Mode
+from ignite_tf.lineage import table_uri
 from ignite_tf.pipeline.schema import param_bounds
 from ignite_tf.pipeline.spec import SUPERVISION_KEYS, PipelineConfig
 
@@ -208,9 +209,12 @@ def render(config: PipelineConfig) -> list[DagSpec]:
     def policy(stage: str) -> dict[str, Any]:  # a stage's own task settings; the DAG's default_args hold the rest
         return config.task_policy[stage].default_args() if stage in config.task_policy else {}
 
+    # A DAG scheduled on its own table's Asset: its load must not update that Asset, or each run starts the next.
+    own_table = config.schedule_asset == table_uri(config.cache, config.ignite_conn_id)
     tasks = [
         TaskSpec("load", f"{OPERATORS}.ignite.IgniteLoadOperator",
-                 {**conn, "cache": config.cache, "key": config.key, **load_source}),
+                 {**conn, "cache": config.cache, "key": config.key, **load_source,
+                  **({"outlets": []} if own_table else {})}),
         TaskSpec("partitions", f"{OPERATORS}.ignite.IgnitePartitionsOperator", {**conn, "cache": config.cache},
                  after=("load",)),
         TaskSpec("shard_plan", f"{OPERATORS}.shards.ShardPlanOperator",

@@ -28,6 +28,7 @@ from ignite_tf.contract import Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, default_registry_root
 from ignite_tf.documents import read_yaml
 from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
+from ignite_tf.lineage import table_uri
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.pipeline.task_policy import TaskPolicy, task_policies
 from ignite_tf.plan.shards import Reshuffle
@@ -228,10 +229,9 @@ class PipelineConfig:
     description: str = ""
     owner: str = "ignite-tf"
     tags: tuple[str, ...] = ()
-    schedule: str | None = None
-    """Cron expression, preset or None."""
+    schedule: str | None = None  # cron expression, preset or None
     schedule_asset: str | None = None
-    """URI or name of the Asset whose updates start a run (instead of ``schedule``)."""
+    """URI or name of the Asset whose updates start a run (instead of ``schedule``); ``{table: T}``: T's load."""
     ignite_conn_id: str = DEFAULT_CONN_ID
     run_root: str | None = None  # a folder or an object-store URL; None: IGNITE_TF_RUN_ROOT
     run_store_conn_id: str | None = None  # the aws connection of an object-store run_root
@@ -256,7 +256,7 @@ def check_schedule(value: str) -> None:
     if value.startswith("@"):
         if value not in PRESETS:
             _fail("schedule", f"unknown preset {value!r}; allowed: {', '.join(PRESETS)}, a cron expression, "
-                              f"null or {{asset: ...}}")
+                              f"null, {{asset: ...}} or {{table: ...}}")
         return
     from croniter import croniter
 
@@ -372,16 +372,16 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         return InferenceConfig(input_cache=i.get("input_cache", doc["cache"]), output_cache=i["output_cache"],
                                shards=i.get("shards", 2))
 
-    root = doc.get("run_root")
-    schedule = doc.get("schedule")
-    shard_plan = doc.get("shard_plan") or {}
+    root, conn_id = doc.get("run_root"), doc.get("ignite_conn_id", DEFAULT_CONN_ID)
+    schedule, shard_plan = doc.get("schedule"), doc.get("shard_plan") or {}
     return PipelineConfig(
         file=path, dag_id=doc["dag_id"], cache=doc["cache"], source=section("source", source),
         suite=_resolve(base, doc["suite"]), training=section("training", training),
         description=doc.get("description", ""), owner=doc.get("owner", "ignite-tf"), tags=tuple(doc.get("tags", ())),
         schedule=schedule if isinstance(schedule, str) else None,
-        schedule_asset=schedule["asset"] if isinstance(schedule, dict) else None,
-        ignite_conn_id=doc.get("ignite_conn_id", DEFAULT_CONN_ID), key=doc.get("key"),
+        schedule_asset=(schedule.get("asset") or table_uri(schedule["table"], conn_id)) if isinstance(schedule, dict)
+        else None,
+        ignite_conn_id=conn_id, key=doc.get("key"),
         run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
         shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
