@@ -81,6 +81,9 @@ ENV_RUN_STORE_NO_BACKUP = "IGNITE_TF_RUN_STORE_NO_BACKUP"
 had ended): the task starts fresh without asking the store."""
 ENV_CODE = "IGNITE_TF_CODE"
 """What the launcher shipped of the user's code (``ignite_tf.runstore.code``), comma-separated, for errors."""
+ENV_PRODUCTION_MODEL = "IGNITE_TF_PRODUCTION_MODEL"
+"""``<registry root>/<model>``: the registry model whose production version the chief evaluates on the held-out
+rows beside the new model (champion/challenger, ``ignite_tf.runtime.evaluation``); unset: none."""
 ENV_TF_CONFIG = "TF_CONFIG"
 PER_TASK_ENV = (ENV_TF_CONFIG, ENV_ATTEMPT, ENV_PROGRESS_FILE)
 """What differs between the environments of one cluster's tasks."""

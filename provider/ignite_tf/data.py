@@ -169,7 +169,7 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     # (or failed-over) scan, never a row.
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
                          primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
-                         layout=layout) as reader:
+                         layout=layout, key_filter=plan.evaluation.training_filter()) as reader:
         try:
             stream = _reported(reader.batches(my.read_tasks()), epoch)
             if not shuffle_buffer:

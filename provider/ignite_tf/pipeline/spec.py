@@ -90,6 +90,9 @@ class ShardPlanConfig:
 
     reshuffle: Reshuffle = Reshuffle.EPOCH
     seed: int = 0
+    evaluation: float = 0.0
+    """Share of the rows held out for evaluation by a hash of their key (``ignite_tf.plan.split``; 0: none)."""
+    evaluation_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -383,7 +386,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         schedule_asset=schedule["asset"] if isinstance(schedule, dict) else None,
         ignite_conn_id=doc.get("ignite_conn_id", DEFAULT_CONN_ID), key=doc.get("key"),
         run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
-        shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
+        shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0),
+                                   shard_plan.get("evaluation", 0.0), shard_plan.get("evaluation_seed", 0)),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None, task_policy=task_policies(doc),
     )
