@@ -110,7 +110,8 @@ def test_champion_and_challenger_on_the_same_held_out_rows(cache, ignite_conn, r
     assert len(first.epochs) == 2 and first.summary()["evaluation"] == evaluation  # not counted as an epoch
     v1 = publish(registry, first, gate)
     meta = registry.metadata("churn", v1.version)
-    assert v1.status == "production" and meta["evaluation"]["metrics"] == evaluation["metrics"]
+    assert v1.status == "production", (v1.reasons, evaluation)
+    assert meta["evaluation"]["metrics"] == evaluation["metrics"]
     assert meta["gate"]["on"] == "evaluation"
 
     # The second: production v0001 evaluated on the same rows in the same run; the gate compares the two.

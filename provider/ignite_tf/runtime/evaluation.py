@@ -116,10 +116,31 @@ def _evaluate(model_dir: str, rows: dict[str, np.ndarray], count: int, batch_siz
         return {}
     import tf_keras
 
-    model = tf_keras.models.load_model(model_dir)
+    model = _reloaded(tf_keras.models.load_model(model_dir))
     x = np.stack([rows[f].astype(np.float32) for f in features], axis=1)
     out = model.evaluate(x, rows[label], batch_size=batch_size, verbose=0, return_dict=True)
     return {str(k): round(float(v), 6) for k, v in out.items()}
+
+
+# Metric names tf_keras resolves by the shapes of the labels and outputs at their first use.
+_BY_SHAPE = ("accuracy", "acc", "crossentropy", "ce")
+
+
+def _reloaded(model):
+    """``model`` compiled again with its metrics given by name where tf_keras resolves the name by shapes.
+
+    A model saved before its metrics were ever used (the chief saves a fresh copy of the trained model,
+    ``ending.save_once``) keeps "accuracy" unresolved, and the reloaded metric then compares labels with
+    class probabilities (0.30 instead of 0.87 on the same rows); named again, it resolves as in training.
+    """
+    import tensorflow as tf
+
+    given = tf.nest.flatten(model.compiled_metrics._user_metrics) if model.compiled_metrics else []
+    if not given:
+        return model
+    names = [getattr(m, "name", m) for m in given]
+    model.compile(loss=model.loss, metrics=[n if n in _BY_SHAPE else m for n, m in zip(names, given, strict=True)])
+    return model
 
 
 def report(evaluation: dict[str, Any], model_dir: str | None = None, log=print) -> None:
