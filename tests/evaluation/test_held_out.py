@@ -73,9 +73,9 @@ def job(epochs: int) -> dict:
                      "--learning-rate", "0.02"]}
 
 
-def train(launcher, ignite_conn, cache_name: str, registry_root, mode: str = "sync"):
+def train(launcher, ignite_conn, cache_name: str, registry_root, workers: int = 1):
     env = [f"{ENV_PRODUCTION_MODEL}={registry_root}/churn"]
-    state = start_cluster(cache_name, job(2), conn=ignite_conn, launcher=launcher, mode=mode, workers=2,
+    state = start_cluster(cache_name, job(1), conn=ignite_conn, launcher=launcher, mode="sync", workers=workers,
                           evaluation=0.2, evaluation_seed=7, env=env)
     final = launcher.wait(state.cluster_id, timeout=600)
     assert final.status is Status.SUCCEEDED, launcher.tail(state.cluster_id, 40)
@@ -97,17 +97,17 @@ def test_champion_and_challenger_on_the_same_held_out_rows(cache, ignite_conn, r
     registry = ModelRegistry(str(registry_root))
     held = len(read_held_out(ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 1, evaluation=0.2,
                                              evaluation_seed=7), ignite_conn)["id"])
-    gate = BlessingGate(thresholds={"accuracy": (0.5, None), "loss": (None, None)}, tolerance=0.5)
+    gate = BlessingGate(thresholds={"accuracy": (0.4, None), "loss": (None, None)}, tolerance=0.5)
 
     # The first version: no production yet; evaluated, recorded everywhere, blessed on held-out numbers.
-    first, output = train(launcher, ignite_conn, cache, registry_root)
+    first, output = train(launcher, ignite_conn, cache, registry_root, workers=2)
     evaluation = first.evaluation
     assert evaluation["rows"] == held and set(evaluation["metrics"]) >= {"loss", "accuracy"}
     assert evaluation["production"] == {"version": None} and evaluation["production_metrics"] is None
     assert evaluation["split"] == {"fraction": 0.2, "seed": 7, "by": "key hash"}
     assert f"held-out evaluation on {held} rows: accuracy=" in output
     assert json.loads((Path(first.run_dir) / "checkpoints" / "model" / EVALUATION_FILE).read_text()) == evaluation
-    assert len(first.epochs) == 2 and first.summary()["evaluation"] == evaluation  # not counted as an epoch
+    assert len(first.epochs) == 1 and first.summary()["evaluation"] == evaluation  # not counted as an epoch
     v1 = publish(registry, first, gate)
     meta = registry.metadata("churn", v1.version)
     assert v1.status == "production", (v1.reasons, evaluation)
@@ -127,7 +127,7 @@ def test_champion_and_challenger_on_the_same_held_out_rows(cache, ignite_conn, r
 
     # A table without the column f3: the production model cannot take it; reported, the training succeeds.
     load(ignite_conn, NO_F3, demo_data.tabular(600, seed=4).drop(columns=["f3"]), key="id")
-    third, output = train(launcher, ignite_conn, NO_F3, registry_root, mode="async")
+    third, output = train(launcher, ignite_conn, NO_F3, registry_root)
     production = third.evaluation["production"]
     assert production["version"] == registry.production("churn") and "['f3']" in production["error"]
     assert f"production {production['version']} not evaluated: " in output
