@@ -35,6 +35,8 @@ PYTHON: dict[str, str] = {
     "ignite_tf.data.load_plan": "function",
     "ignite_tf.data.read_ahead": "function",
     "ignite_tf.data.drop_read_ahead": "function",
+    "ignite_tf.data.evaluation_dataset": "function",
+    "ignite_tf.data.report_evaluation": "function",
     "ignite_tf.runtime": "module",
     "ignite_tf.runtime.strategy": "function",
     "ignite_tf.runtime.serve": "function",

@@ -134,3 +134,37 @@ def test_champion_and_challenger_on_the_same_held_out_rows(cache, ignite_conn, r
     v3 = publish(registry, third, gate)
     notes = registry.metadata("churn", v3.version)["gate"]["notes"]
     assert v3.status == "production" and "was not evaluated on the held-out rows" in notes[0]
+
+
+def test_a_user_script_gets_its_evaluation_slice_and_reports_one_line(cache, ignite_conn, tmp_path, monkeypatch):
+    """``ignite_tf.data.evaluation_dataset`` / ``report_evaluation`` in a real TensorFlow process (this one): the
+    held-out rows only, and the report lands in the cluster state where the page and the publish gate read it."""
+    import time
+
+    import tensorflow as tf
+
+    from ignite_tf.cluster.state import ClusterState
+    from ignite_tf.contract import ENV_CLUSTER_ID, ENV_STATE_DIR, ENV_STATE_STORE
+
+    plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2, evaluation=0.2, evaluation_seed=7)
+    held = len(read_held_out(plan, ignite_conn)["id"])
+    ds = itd.evaluation_dataset(100, label_column="label", plan=plan, conn=ignite_conn)
+    shapes = [(x.shape, y.shape) for x, y in ds]
+    assert sum(y[0] for _, y in shapes) == held and shapes[0][0] == (100, 16)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(3, activation="softmax")])
+    model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    metrics = model.evaluate(ds, return_dict=True, verbose=0)
+
+    store = LocalStateStore(tmp_path / "state")
+    store.put(ClusterState(cluster_id="script-1", cache=cache, mode="sync", run_dir=str(tmp_path),
+                           status=Status.RUNNING, started_at=time.time()))
+    monkeypatch.setenv(ENV_STATE_STORE, "local")
+    monkeypatch.setenv(ENV_STATE_DIR, str(tmp_path / "state"))
+    monkeypatch.setenv(ENV_CLUSTER_ID, "script-1")
+    reported = itd.report_evaluation(metrics, plan=plan)
+    assert reported["rows"] == held and reported["by"] == "script"
+    assert store.get("script-1").evaluation == reported
+    assert reported["metrics"]["accuracy"] == pytest.approx(metrics["accuracy"], abs=1e-6)
+    with pytest.raises(ValueError, match="holds no rows out for evaluation"):
+        itd.evaluation_dataset(100, label_column="label", plan=ShardPlan.build(plan.partition_map, 2),
+                               conn=ignite_conn)

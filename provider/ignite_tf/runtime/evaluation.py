@@ -31,7 +31,7 @@ from ignite_tf.contract import ENV_CLUSTER_ID, ENV_PRODUCTION_MODEL
 from ignite_tf.reader.blocks import filled
 from ignite_tf.reader.tasks import ReadTask
 
-__all__ = ["EVALUATION_FILE", "after_training", "evaluate_held_out", "production_model", "read_held_out", "report"]
+__all__ = ["EVALUATION_FILE", "after_training", "evaluate_held_out", "held_out_dataset", "script_metrics", "production_model", "read_held_out", "report"]
 
 EVALUATION_FILE = "ignite_tf_evaluation.json"  # written inside the saved model directory, beside MODEL_INFO
 
@@ -172,4 +172,38 @@ def describe(evaluation: dict[str, Any]) -> str:
         line += f" | production {production.get('version') or 'model'} not evaluated: {production['error']}"
     elif production.get("version"):
         line += f" | production {production['version']}: {numbers(evaluation['production_metrics'])}"
-    return line + f" ({evaluation['seconds']:.1f}s)"
+    return line + (f" ({evaluation['seconds']:.1f}s)" if "seconds" in evaluation else "")
+
+
+# -- a user's own script (``ignite_tf.data.evaluation_dataset`` / ``report_evaluation``) ----------------------
+_ROWS: dict[str, int] = {}  # held-out rows of the last dataset made per cache, for the report that follows
+
+
+def held_out_dataset(plan, batch_size: int, *, label_column: str, features: list[str] | None, conn):
+    """``(features [b, n] float32, label)`` batches of every held-out row (one pass, the last batch shorter)."""
+    import tensorflow as tf
+
+    from ignite_tf.reader.columns import cache_columns
+
+    names, label, _, _ = cache_columns(plan, conn, label_column, features)
+    rows = read_held_out(plan, conn)
+    count = len(rows[plan.partition_map.key_column])
+    _ROWS[plan.partition_map.cache] = count
+    x = np.stack([rows[n].astype(np.float32) for n in names], axis=1) if count else np.zeros((0, len(names)),
+                                                                                            np.float32)
+    return tf.data.Dataset.from_tensor_slices((x, rows[label])).batch(batch_size)
+
+
+def script_metrics(plan, metrics: dict[str, Any], *, rows: int | None = None, log=print) -> dict[str, Any] | None:
+    """A script's held-out metrics (``model.evaluate(..., return_dict=True)``) as the runtime's evaluation,
+    reported by the chief alone (``report``); None on the other tasks."""
+    from ignite_tf.runtime.task import task_info
+
+    if not task_info().is_chief:
+        return None
+    evaluation = {"rows": _ROWS.get(plan.partition_map.cache, 0) if rows is None else int(rows),
+                  "metrics": {str(k): round(float(v), 6) for k, v in metrics.items()},
+                  "production_metrics": None, "production": {"version": None},
+                  "split": plan.evaluation.to_dict(), "by": "script"}
+    report(evaluation, log=log)
+    return evaluation
