@@ -157,7 +157,7 @@ def report(dag, run) -> int:
         print(f"training: cluster {train.get('cluster_id')} {train.get('status')} after {train.get('epochs')} "
               f"epochs, {train.get('restarts')} restart(s); final metrics {train.get('metrics')}")
     if train and train.get("evaluation"):
-        from ignite_tf.runtime.evaluation import describe
+        from ignite_tf.evaluation.heldout import describe
 
         print(describe(train["evaluation"]))
     publish = next((v for k, v in values.items() if k.startswith("publish")), None)

@@ -110,6 +110,17 @@ def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
 
 
+def is_chief(config: dict[str, Any] | None = None) -> bool:
+    """Whether the task of ``config`` (default this process's ``TF_CONFIG``) is its cluster's chief: the ``chief``
+    task, else worker 0 of a cluster without one, else the only process outside a cluster."""
+    config = read_tf_config() if config is None else config
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    kind = task.get("type") if cluster else None
+    if kind is None or kind == "chief":
+        return True
+    return kind == "worker" and int(task.get("index", 0)) == 0 and "chief" not in cluster
+
+
 # -- progress reports ---------------------------------------------------------------------------------------
 EVERY_S = 1.0  # at most one write a second
 _last = 0.0

@@ -420,7 +420,7 @@ def evaluation_dataset(batch_size: int = 1024, *, label_column: str | None = Non
                        plan=None, cache: str | None = None, conn: IgniteConnectionConfig | None = None):
     """The plan's held-out evaluation rows (``shard_plan.evaluation``; the same for every worker) as one pass of
     ``(features [b, n_features] float32, label)`` batches: ``model.evaluate(ds, return_dict=True)``."""
-    from ignite_tf.runtime.evaluation import held_out_dataset
+    from ignite_tf.evaluation.heldout import held_out_dataset
 
     plan = load_plan(plan, cache=cache, conn=conn)
     if not plan.evaluation.enabled:
@@ -432,7 +432,7 @@ def evaluation_dataset(batch_size: int = 1024, *, label_column: str | None = Non
 def report_evaluation(metrics: dict, *, rows: int | None = None, plan=None) -> dict | None:
     """Report a script's held-out metrics (one call, on the chief; other tasks: nothing): the cluster state, the
     page and the publish gate take them as the runtime's own evaluation."""
-    from ignite_tf.runtime.evaluation import script_metrics
+    from ignite_tf.evaluation.heldout import script_metrics
 
     return script_metrics(load_plan(plan), metrics, rows=rows)
 

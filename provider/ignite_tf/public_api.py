@@ -58,7 +58,7 @@ PYTHON: dict[str, str] = {
     "ignite_tf.plan.shards.ShardPlan": "class",
     "ignite_tf.plan.split.EvaluationSplit": "class",
     "ignite_tf.runtime.evaluation.evaluate_held_out": "function",
-    "ignite_tf.runtime.evaluation.read_held_out": "function",
+    "ignite_tf.evaluation.heldout.read_held_out": "function",
     "ignite_tf.contract.ENV_PRODUCTION_MODEL": "value",
     "ignite_tf.reader.partition.PartitionReader": "class",
     "ignite_tf.reader.servers.discover": "function",

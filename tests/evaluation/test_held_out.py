@@ -14,12 +14,12 @@ import ignite_tf.data as itd
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.contract import ENV_PRODUCTION_MODEL
+from ignite_tf.evaluation.heldout import EVALUATION_FILE, read_held_out
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.plan.split import EvaluationSplit
 from ignite_tf.registry.gate import BlessingGate
 from ignite_tf.registry.publish import ModelRegistry
-from ignite_tf.runtime.evaluation import EVALUATION_FILE, read_held_out
 
 CACHE = "heldout_tabular"
 NO_F3 = "heldout_tabular_no_f3"
