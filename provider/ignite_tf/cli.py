@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--py-module", dest="py_modules", action="append", default=[], metavar="PATH",
                        help="a folder or .py file shipped to every task, first on its PYTHONPATH (repeatable); "
                             "JOB_DIR is shipped too when the run root is an object store")
+    start.add_argument("--evaluation", type=float, default=None, metavar="FRACTION",
+                       help="share of the rows held out for evaluation by a hash of their key (e.g. 0.1; default "
+                            "none): never trained on, the model is evaluated on them after training")
+    start.add_argument("--evaluation-seed", type=_non_negative, default=0, metavar="N",
+                       help="salt of the held-out rows' key hash (default 0; keep it to compare versions)")
     start.add_argument("cache", metavar="CACHE_NAME")
     start.add_argument("job_dir", metavar="JOB_DIR", help="folder or zip with the job's files")
     # The command (program, then its arguments) is ``command`` of TFClusterOperator and of a YAML spec.
@@ -204,7 +209,8 @@ def cmd_start(args, conn) -> int:
     job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
     state = start_cluster(args.cache, job, conn=conn, mode=Mode(args.mode), workers=args.workers, ps=args.ps,
                           cluster_id=args.cluster_id, launcher=launcher, env=args.env,
-                          supervision=supervision_of(args), run_root=args.run_root, py_modules=args.py_modules)
+                          supervision=supervision_of(args), run_root=args.run_root, py_modules=args.py_modules,
+                          evaluation=args.evaluation, evaluation_seed=args.evaluation_seed)
     print(state.cluster_id, flush=True)
     if args.detach:
         return 0

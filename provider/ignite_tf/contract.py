@@ -81,6 +81,9 @@ ENV_RUN_STORE_NO_BACKUP = "IGNITE_TF_RUN_STORE_NO_BACKUP"
 had ended): the task starts fresh without asking the store."""
 ENV_CODE = "IGNITE_TF_CODE"
 """What the launcher shipped of the user's code (``ignite_tf.runstore.code``), comma-separated, for errors."""
+ENV_PRODUCTION_MODEL = "IGNITE_TF_PRODUCTION_MODEL"
+"""``<registry root>/<model>``: the registry model whose production version the chief evaluates on the held-out
+rows beside the new model (champion/challenger, ``ignite_tf.runtime.evaluation``); unset: none."""
 ENV_TF_CONFIG = "TF_CONFIG"
 PER_TASK_ENV = (ENV_TF_CONFIG, ENV_ATTEMPT, ENV_PROGRESS_FILE)
 """What differs between the environments of one cluster's tasks."""
@@ -105,6 +108,17 @@ def read_tf_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg}); it is set by the launcher") from None
+
+
+def is_chief(config: dict[str, Any] | None = None) -> bool:
+    """Whether the task of ``config`` (default this process's ``TF_CONFIG``) is its cluster's chief: the ``chief``
+    task, else worker 0 of a cluster without one, else the only process outside a cluster."""
+    config = read_tf_config() if config is None else config
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    kind = task.get("type") if cluster else None
+    if kind is None or kind == "chief":
+        return True
+    return kind == "worker" and int(task.get("index", 0)) == 0 and "chief" not in cluster
 
 
 # -- progress reports ---------------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     # (or failed-over) scan, never a row.
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
                          primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
-                         layout=layout) as reader:
+                         layout=layout, key_filter=plan.evaluation.training_filter()) as reader:
         try:
             stream = _reported(reader.batches(my.read_tasks()), epoch)
             if not shuffle_buffer:
@@ -467,6 +467,28 @@ def parameter_server_dataset_fn(batch_size: int, epochs: int, *, label_column: s
                "shuffle_buffer": int(shuffle_buffer)}
     ask_workers(request, workers, timeout_s=timeout_s)
     return feed_dataset_fn(n_features=len(names), label_dtype=dtypes[label_name], epochs=int(epochs))
+
+
+@_label_renamed
+def evaluation_dataset(batch_size: int = 1024, *, label_column: str | None = None, features: list[str] | None = None,
+                       plan=None, cache: str | None = None, conn: IgniteConnectionConfig | None = None):
+    """The plan's held-out evaluation rows (``shard_plan.evaluation``; the same for every worker) as one pass of
+    ``(features [b, n_features] float32, label)`` batches: ``model.evaluate(ds, return_dict=True)``."""
+    from ignite_tf.evaluation.heldout import held_out_dataset
+
+    plan = load_plan(plan, cache=cache, conn=conn)
+    if not plan.evaluation.enabled:
+        raise ConfigError("the shard plan holds no rows out for evaluation: set shard_plan.evaluation (ignite-tf "
+                          "start --evaluation 0.1)")
+    return held_out_dataset(plan, batch_size, label_column=label_column, features=features, conn=_conn(conn))
+
+
+def report_evaluation(metrics: dict, *, rows: int | None = None, plan=None) -> dict | None:
+    """Report a script's held-out metrics (one call, on the chief; other tasks: nothing): the cluster state, the
+    page and the publish gate take them as the runtime's own evaluation."""
+    from ignite_tf.evaluation.heldout import script_metrics
+
+    return script_metrics(load_plan(plan), metrics, rows=rows)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

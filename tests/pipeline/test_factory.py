@@ -94,6 +94,19 @@ def test_publish_emits_the_model_asset_the_inference_dag_is_scheduled_on(dagbag)
     assert score.partial_kwargs["shards"] == 2 and score.partial_kwargs["model"] == "tabular_sync"
 
 
+def test_held_out_split_reaches_the_shard_plan_and_the_production_model_the_chief(dagbag):
+    config = parse_spec(DAGS / "specs" / "tabular_sync.yaml")
+    assert (config.shard_plan.evaluation, config.shard_plan.evaluation_seed) == (0.1, 0)
+    dag = dagbag.dags["ignite_tf_tabular_sync"]
+    plan = dag.get_task("shard_plan")
+    assert (plan.evaluation, plan.evaluation_seed) == (0.1, 0)
+    assert f"IGNITE_TF_PRODUCTION_MODEL={config.publish.registry_root}/tabular_sync" in dag.get_task("train").env
+    # Without a split, neither (the chief would have nothing to evaluate the production model on).
+    async_dag = dagbag.dags["ignite_tf_tabular_async"]
+    assert not async_dag.get_task("shard_plan").evaluation
+    assert not any("IGNITE_TF_PRODUCTION_MODEL" in e for e in async_dag.get_task("train").env or [])
+
+
 def test_weekly_schedule(dagbag):
     timetable = dagbag.dags["ignite_tf_tabular_weekly"].timetable
     assert timetable.expression == "0 0 * * 0"

@@ -288,3 +288,21 @@ def test_object_storage_path_root(tmp_path, artifacts):
     assert reg.local
     assert publish(reg, artifacts, 0.8, 0.5).path == f"{tmp_path}/osp/churn/v0001"
     assert ModelRegistry(str(tmp_path / "osp")).production("churn") == "v0001"
+
+
+def test_gate_inputs_with_a_held_out_evaluation():
+    """The gate judges held-out numbers against production's on the same rows; training numbers without them."""
+    from ignite_tf.registry.gate import NOT_BLESSED, held_out_inputs
+
+    training, recorded = {"accuracy": 0.99}, {"accuracy": 0.95}
+    assert held_out_inputs(training, recorded, "v1", None) == (training, recorded, [])
+    evaluation = {"rows": 10, "metrics": {"accuracy": 0.8}, "production_metrics": {"accuracy": 0.85},
+                  "production": {"version": "v1"}}
+    assert held_out_inputs(training, recorded, "v1", evaluation) == ({"accuracy": 0.8}, {"accuracy": 0.85}, [])
+    assert held_out_inputs(training, None, None, {**evaluation, "production": {"version": None}}) == (
+        {"accuracy": 0.8}, None, [])
+    judged, baseline, notes = held_out_inputs(training, recorded, "v1", {
+        **evaluation, "production_metrics": None, "production": {"version": "v1", "error": "column f3 gone"}})
+    assert baseline is None and "column f3 gone" in notes[0] and not notes[0].startswith(NOT_BLESSED)
+    judged, baseline, notes = held_out_inputs(training, recorded, "v2", evaluation)
+    assert baseline is None and notes[0].startswith(NOT_BLESSED)

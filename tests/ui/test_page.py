@@ -77,3 +77,31 @@ def test_tensorboard_targets(tmp_path):
     argv = command({"r1": tmp_path / "tb"}, port=7000)
     assert argv[1:3] == ["-m", "tensorboard.main"] and f"r1:{tmp_path / 'tb'}" in argv
     assert tensorboard_url("c-2").endswith("runFilter=c-2#timeseries")
+
+
+def test_held_out_evaluation_section(tmp_path):
+    """The evaluation goes through the state store (one record beside the epochs, not counted as one) and onto
+    the page: both models' held-out numbers, and the gate's decision."""
+    store = LocalStateStore(tmp_path / "state")
+    state = a_state(tmp_path)
+    store.put(state)
+    for epoch in state.epochs:
+        store.add_epoch("c-1", epoch)
+    evaluation = {"rows": 120, "metrics": {"accuracy": 0.91, "loss": 0.25},
+                  "production_metrics": {"accuracy": 0.88, "loss": 0.3}, "production": {"version": "v0001"},
+                  "split": {"fraction": 0.1, "seed": 0, "by": "key hash"}, "seconds": 1.2, "by": "chief"}
+    store.set_evaluation("c-1", evaluation)
+    state = store.get("c-1")
+    assert state.evaluation == evaluation and len(state.epochs) == 3 and state.last_epoch["epoch"] == 3
+    (tmp_path / "metadata.json").write_text(json.dumps({"metrics": {}, "gate": {"on": "evaluation", "notes": []}}))
+    publish = {"model": "m", "version": "v0002", "status": "production", "reasons": [], "path": str(tmp_path),
+               "previous_production": "v0001"}
+    html = page.render([cluster_view(state, alive=False, results={"publish": publish})], source="s",
+                       tensorboard_for=tensorboard_url)
+    assert "120 held-out rows (10% by key hash, seed 0)" in html and "<th>production v0001</th>" in html
+    assert '<td>accuracy</td><td><span class="num">0.9100</span></td><td><span class="num">0.8800</span></td>' in html
+    assert "gate on evaluation metrics" in html
+    evaluation["production"] = {"version": "v0001", "error": "column(s) ['f3'] gone"}
+    store.set_evaluation("c-1", {**evaluation, "production_metrics": None})
+    html = page.render([cluster_view(store.get("c-1"), alive=False)], source="s", tensorboard_for=tensorboard_url)
+    assert "production v0001 not evaluated: column(s) [&#x27;f3&#x27;] gone" in html

@@ -75,6 +75,7 @@ def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
 def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
                   workers: int | None = None, ps: int = 1, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str | None = None, seed: int = 0,
+                  evaluation: float | None = None, evaluation_seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
                   max_restarts: int | None = None, startup_deadline_s: float | None = None,
@@ -89,6 +90,8 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         lost its supervisor is resumed from its run's checkpoints, in the same run location. A claim in the
         state store makes sure that two launches of one id start one supervisor.
     :param plan: a ShardPlan made earlier (e.g. by an upstream Airflow task); else planned here.
+    :param evaluation: share of the rows held out for evaluation when planned here (``ShardPlan.build``), with
+        ``evaluation_seed``; the chief evaluates the model on them after training.
     :param supervision: restarts, restart policy, start-up deadline, progress watchdog and grace period
         (``ignite_tf.cluster.supervision.Supervision``; default its defaults). ``max_restarts``,
         ``startup_deadline_s``, ``grace_period_s``, ``restart_policy`` and ``progress_timeout_s`` change one
@@ -162,6 +165,6 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         pm = PartitionMap.discover(conn, cache)
         workers = workers or len(pm.nodes)
         plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
-                               seed=seed, conn=conn)
+                               seed=seed, conn=conn, evaluation=evaluation, evaluation_seed=evaluation_seed)
         save_plan(plan)
         return launch(spec_for(plan.workers, plan.worker_hosts))

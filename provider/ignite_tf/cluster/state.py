@@ -160,6 +160,9 @@ class ClusterState:
     chief's claim on the backup fences off any task of an earlier supervisor."""
     resumes: int = 0
     """How many later launches (an Airflow retry) took this cluster over after it ended or was lost."""
+    evaluation: dict[str, Any] | None = None
+    """The chief's held-out evaluation after training (``ignite_tf.runtime.evaluation``): rows, metrics,
+    production_metrics, split; None without a held-out split."""
 
     def __post_init__(self):
         self.status = Status(self.status)
@@ -213,7 +216,11 @@ class ClusterState:
             "metrics": self.last_epoch, "run_dir": self.run_dir,
             "seconds": round(self.age_s, 2), "failures": self.failures[-5:],
             "locality": {k: v for k, v in (self.measured_locality or {}).items() if k != "by_node"} or None,
+            "evaluation": self.evaluation,
         }
+
+
+EVALUATION = "evaluation"
 
 
 class StateStore(ABC):
@@ -283,10 +290,17 @@ class StateStore(ABC):
                 total[key] = record[key]
         self._put_worker_reads(cluster_id, worker, total)
 
+    def set_evaluation(self, cluster_id: str, evaluation: dict[str, Any]) -> None:
+        """Record the held-out evaluation; it travels with the epochs' records (every store has those), as
+        the one record holding an ``evaluation`` key, which ``get`` takes out of the epochs."""
+        self.add_epoch(cluster_id, {EVALUATION: evaluation, "time": round(time.time(), 3)})
+
     def get(self, cluster_id: str) -> ClusterState | None:
         state = self._get(cluster_id)
         if state is not None:
-            state.epochs = self.epochs(cluster_id)
+            records = self.epochs(cluster_id)
+            state.epochs = [r for r in records if EVALUATION not in r]
+            state.evaluation = next((r[EVALUATION] for r in reversed(records) if EVALUATION in r), None)
             state.reads = self.reads(cluster_id)
         return state
 

@@ -91,9 +91,12 @@ class PublishModelOperator(IgniteTFOperator):
                 self.model, saved_model_dir=run.path(LAYOUT.model), **parts,
                 metrics=metrics, params={**self.training_params, "epochs_run": training.get("epochs")}, data=data,
                 context=run_context, gate=gate, ignite_version=_ignite_version(self.conn),
+                evaluation=training.get("evaluation"),
             )
         self.log.info("published %s %s as %s%s", self.model, result.version, result.status,
                       f" ({'; '.join(result.reasons)})" if result.reasons else "")
+        if training.get("evaluation"):
+            self.log.info("the gate judged held-out metrics: %s", describe_gate(training["evaluation"], result))
         self.published = {**result.to_dict(), "cluster_id": training.get("cluster_id")}
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
@@ -108,6 +111,16 @@ class PublishModelOperator(IgniteTFOperator):
         validation = as_dict(self.validation) if self.validation else None
         inputs = [table_input(self.conn, cache, validation)] if cache else []
         return lineage(inputs, [model_output(self.published)] if self.published else [])
+
+
+def describe_gate(evaluation: dict[str, Any], result) -> str:
+    """``accuracy 0.91 vs production v0001 0.88; loss ... -> production`` from an evaluation and a publish."""
+    mine, theirs = evaluation.get("metrics") or {}, evaluation.get("production_metrics") or {}
+    shown = "; ".join(f"{k} {v:.4f}" + (f" vs {theirs[k]:.4f}" if k in theirs else "") for k, v in sorted(mine.items()))
+    production = evaluation.get("production") or {}
+    against = (f" (production {production['version']} on the same {evaluation['rows']} rows)" if theirs else
+               f" (production not evaluated: {production['error']})" if production.get("error") else "")
+    return f"{shown}{against} -> {result.status}"
 
 
 def _ignite_version(conn) -> str | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.contract import Mode
+from ignite_tf.contract import ENV_PRODUCTION_MODEL, Mode
 from ignite_tf.lineage import table_uri
 from ignite_tf.pipeline.schema import param_bounds
 from ignite_tf.pipeline.spec import SUPERVISION_KEYS, PipelineConfig
@@ -206,6 +206,11 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
         job = {"command": training.argv(sys.executable), "job_dir": str(training.job_dir)}
         recorded = {"command": list(training.command)}
+    env = list(training.env)
+    if config.publish is not None and config.shard_plan.evaluation:
+        # Champion/challenger: the chief evaluates the production version on the same held-out rows.
+        env.append(f"{ENV_PRODUCTION_MODEL}={config.publish.registry_root.rstrip('/')}/{config.publish.model}")
+
     def policy(stage: str) -> dict[str, Any]:  # a stage's own task settings; the DAG's default_args hold the rest
         return config.task_policy[stage].default_args() if stage in config.task_policy else {}
 
@@ -219,7 +224,9 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                  after=("load",)),
         TaskSpec("shard_plan", f"{OPERATORS}.shards.ShardPlanOperator",
                  {**conn, "partition_map": Ref("partitions"), "workers": workers,
-                  "reshuffle": config.shard_plan.reshuffle.value, "seed": config.shard_plan.seed}),
+                  "reshuffle": config.shard_plan.reshuffle.value, "seed": config.shard_plan.seed,
+                  **({"evaluation": config.shard_plan.evaluation, "evaluation_seed": config.shard_plan.evaluation_seed}
+                     if config.shard_plan.evaluation else {})}),
         TaskSpec("validate", f"{OPERATORS}.validation.ValidateShardOperator",
                  {**conn, "plan": Ref("shard_plan", "plan"), "suite": suite}, expand={"shard": Ref("shard_plan")}),
         TaskSpec("validation_gate", f"{OPERATORS}.validation.ValidationGateOperator",
@@ -229,7 +236,7 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                   "workers": workers,
                   "ps": _param("ps", params, training.ps), "deferrable": training.deferrable,
                   **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
-                  **({"env": list(training.env)} if training.env else {}), **job,
+                  **({"env": env} if env else {}), **job,
                   **({"py_modules": [str(m) for m in training.py_modules]} if training.py_modules else {}),
                   **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
                   **({"kubernetes": training.kubernetes} if training.kubernetes else {}), **policy("training")},

@@ -31,7 +31,7 @@ from ignite_tf.errors import ConfigError, SpecDeprecationWarning, SpecError
 from ignite_tf.lineage import table_uri
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.pipeline.task_policy import TaskPolicy, task_policies
-from ignite_tf.plan.shards import Reshuffle
+from ignite_tf.plan.settings import ShardPlanConfig
 from ignite_tf.public_api import renamed
 
 RENAMED_GENERATORS = renamed("generator")
@@ -83,14 +83,6 @@ class SourceConfig:
                 _fail("generator", f"file {target} does not exist (paths are relative to the spec file)")
         elif not _module_exists(target):
             _fail("generator", f"module {target!r} cannot be found: install it, or give 'relative/file.py:{function}'")
-
-
-@dataclass(frozen=True)
-class ShardPlanConfig:
-    """How the cache's partitions are shared among workers."""
-
-    reshuffle: Reshuffle = Reshuffle.EPOCH
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -383,7 +375,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         else None,
         ignite_conn_id=conn_id, key=doc.get("key"),
         run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
-        shard_plan=ShardPlanConfig(Reshuffle.parse(shard_plan.get("reshuffle")), shard_plan.get("seed", 0)),
+        shard_plan=ShardPlanConfig.parse(shard_plan),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None, task_policy=task_policies(doc),
     )

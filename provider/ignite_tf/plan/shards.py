@@ -15,6 +15,9 @@ Rules (the seeds' lessons from file-level sharding):
   generator seeded by ``(seed, epoch)`` only, so a restarted run reproduces the same plan for every epoch.
 - A worker's host (or the consistent id / node id of the node it runs next to) decides locality; the plan
   reports the fraction of each worker's rows whose primary copy is on that host.
+- ``evaluation``: an ``EvaluationSplit`` (``ignite_tf.plan.split``) holds rows out by a salted hash of their
+  key; the shards stay the same (rows are filtered as they are read), and the planned training rows
+  (``rows_per_worker``) are the shards' rows times the training share.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.cuts import cut_piece, merge_wraparound, read_key_hashes
 from ignite_tf.plan.partitions import PartitionMap
+from ignite_tf.plan.split import EvaluationSplit
 from ignite_tf.reader.tasks import HASH_SPACE, ReadTask
 
 __all__ = ["HASH_SPACE", "ReadTask", "Reshuffle", "ShardPlan", "WorkerShard", "next_to_nodes"]
@@ -95,6 +99,8 @@ class ShardPlan:
     # Where the workers actually ran, recorded by a launcher that places them (Kubernetes): per worker the
     # wanted and actual node, and the share of rows read locally (``ignite_tf.cluster.k8s.placement``).
     placement: dict[str, Any] | None = None
+    # Rows held out for evaluation (never trained on): none by default.
+    evaluation: EvaluationSplit = field(default_factory=EvaluationSplit)
     _cache: dict[int, list[WorkerShard]] = field(default_factory=dict, repr=False, compare=False)
     _next_to: list[frozenset[str]] | None = field(default=None, repr=False, compare=False)
     _local_workers: list[list[int]] | None = field(default=None, repr=False, compare=False)
@@ -102,7 +108,8 @@ class ShardPlan:
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
     def build(cls, partition_map: PartitionMap, workers: int, *, worker_hosts: list[str] | None = None,
-              reshuffle: str | Reshuffle | None = Reshuffle.EPOCH, seed: int = 0, conn=None) -> ShardPlan:
+              reshuffle: str | Reshuffle | None = Reshuffle.EPOCH, seed: int = 0, conn=None,
+              evaluation: EvaluationSplit | float | None = None, evaluation_seed: int = 0) -> ShardPlan:
         """Plan ``workers`` shards over ``partition_map``.
 
         :param worker_hosts: host (or node consistent id / node id) each worker runs on; None = unknown.
@@ -110,6 +117,8 @@ class ShardPlan:
             (None: ``"epoch"``).
         :param seed: with the epoch, the only input of the reshuffle.
         :param conn: needed only when partitions < workers (the keys are read to cut partitions exactly).
+        :param evaluation: share of the rows held out for evaluation (0 or None: none), or an EvaluationSplit.
+        :param evaluation_seed: salt of the held-out rows' key hash (kept fixed: the same rows every run).
         """
         if not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"workers must be a positive integer (got {workers!r})")
@@ -123,7 +132,8 @@ class ShardPlan:
         if total < workers:
             raise ConfigError(f"cache '{partition_map.cache}' has {total} rows for {workers} workers: "
                               f"use at most {total} workers")
-        plan = cls(partition_map, workers, hosts, reshuffle, int(seed))
+        split = EvaluationSplit.parse(evaluation, evaluation_seed)
+        plan = cls(partition_map, workers, hosts, reshuffle, int(seed), evaluation=split)
         nonempty = sum(1 for r in partition_map.rows if r)
         if nonempty < workers:
             if conn is None:
@@ -158,14 +168,19 @@ class ShardPlan:
         return WorkerShard(worker, int(epoch), s.host, s.slices, s.local_rows)
 
     def rows_per_worker(self, epoch: int = 0) -> list[int]:
-        """Planned rows of every worker in ``epoch`` (what ``steps_per_epoch`` needs), without the read tasks."""
+        """Planned TRAINING rows of every worker in ``epoch`` (what ``steps_per_epoch`` needs), without the read
+        tasks: a shard's rows times the training share when rows are held out for evaluation."""
         key = self._epoch_key(epoch)
         if key in self._cache:
-            return [s.rows for s in self._cache[key]]
-        rng = np.random.default_rng([self.seed, key])
-        if self.cuts is not None:
-            return [sum(t.rows for t in a) for a in self._split(rng)]
-        return [int(r) for r in self._deal(rng, None)[2]]
+            rows = [s.rows for s in self._cache[key]]
+        else:
+            rng = np.random.default_rng([self.seed, key])
+            if self.cuts is not None:
+                rows = [sum(t.rows for t in a) for a in self._split(rng)]
+            else:
+                rows = [int(r) for r in self._deal(rng, None)[2]]
+        share = 1.0 - self.evaluation.fraction
+        return rows if share == 1.0 else [int(r * share) for r in rows]
 
     def _epoch_key(self, epoch: int) -> int:
         return 0 if self.reshuffle is Reshuffle.NONE else int(epoch)
@@ -294,7 +309,8 @@ class ShardPlan:
             f"ShardPlan of cache '{self.partition_map.cache}': {self.workers} worker(s), "
             f"{self.partition_map.total_rows} rows, {self.partition_map.partitions} partitions, "
             f"{'record-level cuts' if self.cuts is not None else 'whole partitions'}, "
-            f"reshuffle={self.reshuffle.value}, seed={self.seed}, epoch {epoch}",
+            f"reshuffle={self.reshuffle.value}, seed={self.seed}, epoch {epoch}"
+            + (f", {self.evaluation.describe()}" if self.evaluation.enabled else ""),
             f"  {'worker':>6} {'host':<16} {'slices':>7} {'rows':>10} {'vs avg':>7} {'local':>6}"
             + (f" {'measured':>8}" if measured is not None else ""),
         ]
@@ -320,7 +336,7 @@ class ShardPlan:
             "partition_map": self.partition_map.to_dict(), "workers": self.workers,
             "worker_hosts": self.worker_hosts, "reshuffle": self.reshuffle.value, "seed": self.seed,
             "cuts": None if self.cuts is None else {str(k): v for k, v in self.cuts.items()},
-            "placement": self.placement,
+            "placement": self.placement, "evaluation": self.evaluation.to_dict(),
         }
 
     @classmethod
@@ -330,6 +346,7 @@ class ShardPlan:
             PartitionMap.from_dict(data["partition_map"]), int(data["workers"]), list(data["worker_hosts"]),
             Reshuffle.parse(data.get("reshuffle")), int(data.get("seed", 0)),
             None if cuts is None else {int(k): v for k, v in cuts.items()}, data.get("placement"),
+            EvaluationSplit.parse(data.get("evaluation")),
         )
 
     def to_json(self) -> str:
@@ -373,4 +390,4 @@ class ShardPlan:
         if not changes:
             return self, []
         return ShardPlan.build(current, self.workers, worker_hosts=self.worker_hosts, reshuffle=self.reshuffle,
-                               seed=self.seed, conn=conn), changes
+                               seed=self.seed, conn=conn, evaluation=self.evaluation), changes

@@ -80,18 +80,22 @@ class PartitionReader:
         shape ``[rows, len(stack)]``, NULLs filled (NaN for floats, 0 for the rest), instead of separately.
     :param layout: what another reader found about the cache (its ``layout``: partitions and columns), so
         this one does not ask the cluster again (a dataset opens a reader per epoch).
+    :param key_filter: ``key_filter(keys) -> bool array``: only rows it keeps are read (a held-out evaluation
+        split, ``ignite_tf.plan.split``); None reads every row.
     """
 
     def __init__(self, conn: IgniteConnectionConfig, cache: str, *, columns: list[str] | None = None,
                  batch_size: int = 1024, page_size: int = 1024,
                  primaries: dict[int, tuple[str, int]] | None = None,
                  backups: dict[int, list[tuple[str, int]]] | None = None, failover_timeout: float = 60.0,
-                 scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None):
+                 scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None,
+                 key_filter=None):
         if batch_size < 1 or page_size < 1 or scans_ahead < 0:
             raise ConfigError(f"batch_size and page_size must be >= 1 and scans_ahead >= 0 (got {batch_size}, "
                               f"{page_size}, {scans_ahead})")
         self.cache, self.batch_size, self.page_size = cache, batch_size, page_size
         self.failover_timeout, self.scans_ahead = failover_timeout, scans_ahead
+        self.key_filter = key_filter
         self.stats: dict = {"rows": 0, "pages": 0, "bytes": 0, "pages_per_node": {}, "failovers": 0,
                             "fast_pages": 0, "slow_pages": 0, "partitions": 0, "rows_per_node": {}}
         self._client, self.servers = _servers.connect(conn)
@@ -274,6 +278,7 @@ class PartitionReader:
                             keep = h >= np.uint64(task.hash_lo)
                             if task.hash_hi < HASH_SPACE:
                                 keep &= h < np.uint64(task.hash_hi)
+                        keep = self._filtered(keys, keep)
                         if skip is not None:
                             fresh = ~np.isin(keys, skip)
                             keep = fresh if keep is None else keep & fresh
@@ -303,6 +308,13 @@ class PartitionReader:
             time.sleep(0.5)
             if not self._scans.alive():
                 self._scans.reconnect_all()
+
+    def _filtered(self, keys: np.ndarray, keep: np.ndarray | None) -> np.ndarray | None:
+        """``keep`` narrowed to the rows ``key_filter`` keeps (kept apart from the scan loop on purpose)."""
+        if self.key_filter is None:
+            return keep
+        kept = np.asarray(self.key_filter(keys), dtype=bool)
+        return kept if keep is None else keep & kept
 
     # -- batches -------------------------------------------------------------------------------------------
     def batches(self, tasks: Iterable[ReadTask | int]) -> Iterator[dict[str, np.ndarray]]:

@@ -90,3 +90,33 @@ class BlessingGate:
     @classmethod
     def from_dict(cls, data: dict) -> BlessingGate:
         return cls(**{k: v for k, v in data.items() if k in ("thresholds", "tolerance", "higher_is_better")})
+
+
+NOT_BLESSED = "not blessed: "  # a note of held_out_inputs that is also a reason not to bless
+
+
+def held_out_inputs(training: dict[str, float], production: dict[str, float] | None, production_version: str | None,
+                    evaluation: dict | None) -> tuple[dict[str, float], dict[str, float] | None, list[str]]:
+    """(metrics to judge, production metrics to compare with, notes) for ``BlessingGate.evaluate``.
+
+    Without a held-out evaluation the gate judges the training metrics against production's recorded ones (as
+    before held-out splits). With one it judges the held-out metrics, and compares them with the production
+    version's metrics ON THE SAME ROWS, measured in the same run (TFX's Evaluator against its baseline):
+    production's numbers from its own run came from other data. When production could not be evaluated (its
+    inputs no longer match the table, say) only the thresholds apply, and a note says why; when production
+    changed since the evaluation, the numbers are not comparable and the version is not blessed.
+    """
+    if not evaluation or not evaluation.get("metrics"):
+        return training, production, []
+    judged = {str(k): as_number(v, f"held-out metric {k!r}") for k, v in evaluation["metrics"].items()}
+    evaluated = evaluation.get("production") or {}
+    if production_version is None:
+        return judged, None, []
+    if evaluated.get("error"):
+        return judged, None, [f"production {production_version} was not evaluated on the held-out rows "
+                              f"({evaluated['error']}): only the thresholds apply"]
+    if evaluated.get("version") != production_version or evaluation.get("production_metrics") is None:
+        return judged, None, [f"{NOT_BLESSED}production is {production_version} but the held-out evaluation "
+                              f"compared {evaluated.get('version') or 'no production version'}: the numbers are "
+                              f"not from the same rows; train again, or promote by hand"]
+    return judged, {str(k): float(v) for k, v in evaluation["production_metrics"].items()}, []

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from ignite_tf.errors import ConfigError
 from ignite_tf.jsonable import jsonable
-from ignite_tf.registry.gate import BlessingGate, as_number
+from ignite_tf.registry.gate import NOT_BLESSED, BlessingGate, as_number, held_out_inputs
 from ignite_tf.registry.store import (
     COMPLETE,
     LOCK,
@@ -143,7 +143,8 @@ class ModelRegistry(RegistryStore):
     def publish(self, model: str, *, saved_model_dir: str, checkpoint_dir: str | None = None,
                 tensorboard_dir: str | None = None, metrics: dict, params: dict | None = None,
                 data: dict | None = None, context: dict | None = None, gate: BlessingGate | None = None,
-                version: str | None = None, ignite_version: str | None = None) -> PublishResult:
+                version: str | None = None, ignite_version: str | None = None,
+                evaluation: dict | None = None) -> PublishResult:
         """Publish a new immutable version; promote it to production when the gate blesses it.
 
         :param model: model name (a folder name: see :func:`validate_name`).
@@ -157,6 +158,9 @@ class ModelRegistry(RegistryStore):
         :param gate: the blessing gate; default ``BlessingGate()`` (no thresholds: always promoted).
         :param version: explicit version id; default the next ``vNNNN``. An existing version is an error.
         :param ignite_version: the Ignite cluster's version, recorded in the metadata.
+        :param evaluation: the held-out evaluation (``ignite_tf.runtime.evaluation``: rows, metrics,
+            production_metrics, production, split); with it the gate judges the held-out metrics against the
+            production version's numbers on the same rows (:func:`ignite_tf.registry.gate.held_out_inputs`).
         :raises ConfigError: invalid names or metrics, missing SavedModel, or an existing ``version``.
         """
         metrics, sources = _checked(model, version, metrics, saved_model_dir, checkpoint_dir, tensorboard_dir)
@@ -166,8 +170,10 @@ class ModelRegistry(RegistryStore):
             pointer = self._pointer(model)
             previous = self.production(model)
             version = self._new_version(model, version)
-            reasons, compared = gate.evaluate(
-                metrics, self.metadata(model, previous)["metrics"] if previous else None, previous)
+            judged, baseline, notes = held_out_inputs(
+                metrics, self.metadata(model, previous)["metrics"] if previous else None, previous, evaluation)
+            reasons, compared = gate.evaluate(judged, baseline, previous)
+            reasons += [n for n in notes if n.startswith(NOT_BLESSED)]
             final = self._path(model, version)
             target = self._path(model, STAGING, f"{version}-{uuid.uuid4().hex[:8]}") if self.local else final
             self.fs.makedirs(target, exist_ok=True)
@@ -182,8 +188,11 @@ class ModelRegistry(RegistryStore):
                 "sources": {k: str(v) for k, v in sources.items() if v is not None},
                 "gate": {"blessed": not reasons, "reasons": reasons, "compared_to": previous,
                          "comparisons": compared, "pointer_generation": (pointer or {}).get("generation", 0),
-                         "config": gate.to_dict()},
+                         "config": gate.to_dict(), "on": "evaluation" if evaluation else "training",
+                         "notes": notes},
             }
+            if evaluation:
+                meta["evaluation"] = jsonable(evaluation)
             self._complete_version(model, target, final, meta)
             if not reasons:
                 self._set_pointer(model, version, pointer, "blessed by the gate at publish")

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from ignite_tf.contract import ENV_MODE, Mode, read_tf_config
+from ignite_tf.contract import is_chief as contract_is_chief
 from ignite_tf.errors import ConfigError
 
 
@@ -24,9 +25,7 @@ class TaskInfo:
 
     @property
     def is_chief(self) -> bool:
-        if self.type is None or self.type == "chief":
-            return True
-        return self.type == "worker" and self.index == 0 and "chief" not in self.cluster
+        return contract_is_chief({"cluster": self.cluster, "task": {"type": self.type, "index": self.index}})
 
     @property
     def serves(self) -> bool:

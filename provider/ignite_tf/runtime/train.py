@@ -38,6 +38,7 @@ from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping
+from ignite_tf.runtime import evaluation as held_out
 from ignite_tf.runtime.model import (
     build_model,
     checkpoints_through_chief,
@@ -141,7 +142,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     :param on_backup: called after each backup, of an epoch or on SIGTERM (a run store's push of
         ``<checkpoint_dir>/backup``).
     :returns: ``{"start_epoch", "epochs", "epochs_run" (trained by this call), "metrics" (last epoch),
-        "model_dir" (chief), "chief"}``.
+        "model_dir" (chief), "chief", "evaluation" (chief, with a held-out split: ``ignite_tf.runtime.evaluation``)}``.
 
     SIGTERM ends the task within ``contract.STOP_DEADLINE_S``, a sync cluster's workers after a backup at the
     current step; the backup is kept after training, so a restart of a finished training trains nothing
@@ -216,10 +217,12 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
         "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
     model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
                                  save=lambda m: save_model(m, ckpt, info, model_info))
+    evaluation = held_out.after_training(plan, model_dir, batch_size=batch_size, log=_log)
     store_sync.finish(model_dir)
     timeline.mark("saved", show=info.is_chief)
     return {"start_epoch": start_epoch, "epochs": epochs, "epochs_run": reporter.epochs_run,
-            "metrics": reporter.last or model_info["metrics"], "model_dir": model_dir, "chief": info.is_chief}
+            "metrics": reporter.last or model_info["metrics"], "model_dir": model_dir, "chief": info.is_chief,
+            "evaluation": evaluation}
 
 
 # What ``preload`` read in the fork server, by (cache, label column, features): its forked tasks inherit it.
@@ -291,7 +294,7 @@ def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_
     import ignite_tf.data as itd
 
     if is_coordinator(info):
-        steps = steps_per_epoch or max(1, sum(s.rows for s in plan.shards(0)) // batch_size)
+        steps = steps_per_epoch or max(1, sum(plan.rows_per_worker(0)) // batch_size)
         return steps, batch_size, False  # tf_keras backs up PSS training per epoch only
     steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
     return steps, batch_size * strat.num_replicas_in_sync, bool(checkpoint_every_steps)

@@ -140,6 +140,29 @@ def _publish(publish: dict[str, Any] | None) -> str:
             f'<p class="meta">registry folder: <code>{escape(str(publish.get("path") or ""))}</code></p>')
 
 
+def _evaluation(evaluation: dict[str, Any] | None, publish: dict[str, Any] | None) -> str:
+    """The held-out metrics of this model and of production on the same rows, and what the gate made of them."""
+    if not evaluation:
+        return "<p>no held-out split (<code>shard_plan.evaluation</code>): the gate judged training metrics</p>"
+    mine, theirs = evaluation.get("metrics") or {}, evaluation.get("production_metrics") or {}
+    production = evaluation.get("production") or {}
+    version = production.get("version")
+    rows = [[escape(k), f'<span class="num">{v:.4f}</span>',
+             f'<span class="num">{theirs[k]:.4f}</span>' if k in theirs else "-"] for k, v in sorted(mine.items())]
+    table = _table(["metric", "this model", f"production {version or '-'}"], rows, "evaluation")
+    split = evaluation.get("split") or {}
+    note = (f'<p class="reason">production {escape(str(version or "model"))} not evaluated: '
+            f'{escape(str(production["error"]))}</p>' if production.get("error") else "")
+    gate = ""
+    if publish:
+        notes = "; ".join([*(publish.get("reasons") or []), *((publish.get("gate") or {}).get("notes") or [])])
+        gate = (f'<p class="meta">gate on {escape(str((publish.get("gate") or {}).get("on") or "-"))} metrics: '
+                f'{_state(publish["status"])} {escape(notes)}</p>')
+    return (f'<p class="meta">{evaluation["rows"]:,} held-out rows ({split.get("fraction", 0):.0%} by key hash, '
+            f'seed {split.get("seed", 0)}), evaluated by the {escape(str(evaluation.get("by", "chief")))} in '
+            f'{evaluation.get("seconds", 0):.1f}s</p>{table}{note}{gate}')
+
+
 def cluster_section(view: dict[str, Any], tensorboard: str) -> str:
     last = ", ".join(f"{escape(k)}={v:.4g}" for k, v in view["last_epoch"].items()
                      if isinstance(v, float) and k not in ("epoch_s",))
@@ -164,6 +187,7 @@ def cluster_section(view: dict[str, Any], tensorboard: str) -> str:
 {_locality(view.get('locality'))}</div></div>
 <div class="cols"><div><h3>Validation</h3>{_validation(view['validation'])}</div>
 <div><h3>Published model</h3>{_publish(view['publish'])}</div></div>
+<h3>Held-out evaluation</h3>{_evaluation(view.get('evaluation'), view['publish'])}
 </section>"""
 
 

@@ -118,6 +118,7 @@ def cluster_view(state: ClusterState, *, alive: bool, results: dict[str, Any] | 
         "locality": None,
         "validation": _validation(results.get("validation")),
         "publish": _publish(results.get("publish")),
+        "evaluation": state.evaluation,
     }
     view["locality"] = locality_view(state, view["plan"])
     return view
@@ -143,9 +144,11 @@ def _publish(value: Any) -> dict[str, Any] | None:
     out = {k: value.get(k) for k in ("model", "version", "status", "reasons", "previous_production", "path")}
     meta = Path(str(value.get("path") or "")) / "metadata.json"
     try:
-        out["metrics"] = json.loads(meta.read_text()).get("metrics", {})
+        recorded = json.loads(meta.read_text())
     except (OSError, ValueError):
-        out["metrics"] = {}
+        recorded = {}
+    out["metrics"] = recorded.get("metrics", {})
+    out["gate"] = {k: (recorded.get("gate") or {}).get(k) for k in ("on", "comparisons", "notes")}
     return out
 
 
