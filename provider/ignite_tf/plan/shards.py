@@ -95,6 +95,9 @@ class ShardPlan:
     # Where the workers actually ran, recorded by a launcher that places them (Kubernetes): per worker the
     # wanted and actual node, and the share of rows read locally (``ignite_tf.cluster.k8s.placement``).
     placement: dict[str, Any] | None = None
+    # What validation read, for the workers to check their reads against: ``{"expected": Fingerprints dict,
+    # "on_data_change": "fail" | "warn"}`` (``ignite_tf.validation.fingerprints``); None: nothing checked.
+    fingerprints: dict[str, Any] | None = None
     _cache: dict[int, list[WorkerShard]] = field(default_factory=dict, repr=False, compare=False)
     _next_to: list[frozenset[str]] | None = field(default=None, repr=False, compare=False)
     _local_workers: list[list[int]] | None = field(default=None, repr=False, compare=False)
@@ -321,6 +324,7 @@ class ShardPlan:
             "worker_hosts": self.worker_hosts, "reshuffle": self.reshuffle.value, "seed": self.seed,
             "cuts": None if self.cuts is None else {str(k): v for k, v in self.cuts.items()},
             "placement": self.placement,
+            **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
         }
 
     @classmethod
@@ -330,6 +334,7 @@ class ShardPlan:
             PartitionMap.from_dict(data["partition_map"]), int(data["workers"]), list(data["worker_hosts"]),
             Reshuffle.parse(data.get("reshuffle")), int(data.get("seed", 0)),
             None if cuts is None else {int(k): v for k, v in cuts.items()}, data.get("placement"),
+            fingerprints=data.get("fingerprints"),
         )
 
     def to_json(self) -> str:

@@ -80,13 +80,16 @@ class PartitionReader:
         shape ``[rows, len(stack)]``, NULLs filled (NaN for floats, 0 for the rest), instead of separately.
     :param layout: what another reader found about the cache (its ``layout``: partitions and columns), so
         this one does not ask the cluster again (a dataset opens a reader per epoch).
+    :param fingerprint: fingerprint every task read (``self.fingerprints``, :mod:`ignite_tf.reader.fingerprint`);
+        a callable is also called with ``(task, fingerprint)`` as each task is read to its end.
     """
 
     def __init__(self, conn: IgniteConnectionConfig, cache: str, *, columns: list[str] | None = None,
                  batch_size: int = 1024, page_size: int = 1024,
                  primaries: dict[int, tuple[str, int]] | None = None,
                  backups: dict[int, list[tuple[str, int]]] | None = None, failover_timeout: float = 60.0,
-                 scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None):
+                 scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None,
+                 fingerprint=False):
         if batch_size < 1 or page_size < 1 or scans_ahead < 0:
             raise ConfigError(f"batch_size and page_size must be >= 1 and scans_ahead >= 0 (got {batch_size}, "
                               f"{page_size}, {scans_ahead})")
@@ -124,6 +127,7 @@ class PartitionReader:
             raise
         self.schema: dict[str, np.dtype] = {self.key_column: np.dtype(np.int64)}
         self.schema.update({f.name: f.dtype for f in fields})
+        self.fingerprints = _fingerprinter(fingerprint, self.key_column, self._decoder.stack)
 
     # -- cluster metadata --------------------------------------------------------------------------------
     def _sql(self, query: str, args: list | None = None, names: bool = False) -> list[list]:
@@ -284,8 +288,12 @@ class PartitionReader:
                         served = self.stats["rows_per_node"]
                         node = str(self._conns[index].uuid)
                         served[node] = served.get(node, 0) + len(chunk[self.key_column])
+                        if self.fingerprints is not None:
+                            self.fingerprints.add(task, chunk)
                         yield chunk
                     self.stats["partitions"] += 1
+                    if self.fingerprints is not None:
+                        self.fingerprints.finish(task)
                     return
                 except NodeFailed as exc:
                     errors.append(str(exc))
@@ -392,6 +400,14 @@ class PartitionReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _fingerprinter(fingerprint, key_column: str, stack: list[str]):
+    if not fingerprint:
+        return None
+    from ignite_tf.reader.fingerprint import Fingerprinter
+
+    return Fingerprinter(key_column, stack, on_task=fingerprint if callable(fingerprint) else None)
 
 
 def _one_per_node(conns: list) -> list:
