@@ -5,7 +5,9 @@ Real Ignite (the session cluster) and, in the last test, real TensorFlow process
 
 from __future__ import annotations
 
+import re
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +23,8 @@ ROWS = 600
 SUITE = {"name": "fingerprints", "columns": {"f0": {"not_null": True}, "label": {"between": [0, 9]}}}
 
 
-@pytest.fixture
-def table(ignite_conn):
-    """A fresh small table (every test changes rows), planned on 2 workers and validated: (name, plan, summary)."""
+def _validated_table(ignite_conn):
+    """A fresh small table, planned on 2 workers and validated: (name, plan, summary)."""
     from ignite_tf_dev import demo_data
 
     name = f"fp_{uuid.uuid4().hex[:8]}"
@@ -31,6 +32,27 @@ def table(ignite_conn):
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, name), 2, seed=1)
     results = [validate_shard(ignite_conn, name, plan.shard(w, 0).read_tasks(), SUITE, shard=w) for w in range(2)]
     return name, plan, merge(results, SUITE)
+
+
+@pytest.fixture(scope="module")
+def table(ignite_conn):
+    return _validated_table(ignite_conn)
+
+
+def _change_rows(ignite_conn, name: str, partitions: list[int], *, delete: bool = False) -> list[int]:
+    """Change f0 and the label of the first row of each of ``partitions`` (or delete it); the keys."""
+    with PartitionReader(ignite_conn, name, columns=["f0"]) as reader:
+        keys = [int(reader.read_all([p])["id"][0]) for p in partitions]
+    client = ignite_conn.client()
+    try:
+        for key in keys:
+            if delete:
+                sql(client, f"DELETE FROM {name} WHERE id = ?", [key])
+            else:
+                sql(client, f"UPDATE {name} SET f0 = f0 + 1, label = 9 - label WHERE id = ?", [key])
+    finally:
+        client.close()
+    return keys
 
 
 def _with_expected(plan: ShardPlan, summary, on_change: str = "fail") -> ShardPlan:
@@ -65,19 +87,12 @@ def test_training_reads_match_in_every_epoch_then_a_change_is_named(table, ignit
     checked = _with_expected(plan, summary)
     for epoch in (0, 1):  # epoch 1 deals the partitions to the workers differently: still the same rows
         rows = sum(len(b["id"]) for w in _train_reads(ignite_conn, checked, epoch) for b in w)
-        assert rows == ROWS
+        assert rows == summary.fingerprints["rows"]
 
     fp = Fingerprints.from_dict(summary.fingerprints)
-    changed, deleted = sorted(int(k) for k in fp.tasks)[:2]
-    with PartitionReader(ignite_conn, name, columns=["f0"]) as reader:
-        key_changed = int(reader.read_all([changed])["id"][0])
-        key_deleted = int(reader.read_all([deleted])["id"][0])
-    client = ignite_conn.client()
-    try:
-        sql(client, f"UPDATE {name} SET f0 = f0 + 1, label = 9 - label WHERE id = ?", [key_changed])
-        sql(client, f"DELETE FROM {name} WHERE id = ?", [key_deleted])
-    finally:
-        client.close()
+    changed, deleted = sorted(int(k) for k, v in fp.tasks.items() if v["rows"])[:2]
+    _change_rows(ignite_conn, name, [changed])
+    _change_rows(ignite_conn, name, [deleted], delete=True)
 
     with pytest.raises(DataChangedError) as failed:
         _train_reads(ignite_conn, checked, 0)
@@ -100,7 +115,7 @@ def test_training_reads_match_in_every_epoch_then_a_change_is_named(table, ignit
         rows = sum(len(b["id"]) for w in _train_reads(ignite_conn, warned, 0) for b in w)
     finally:
         itd.data_check = original
-    assert rows == ROWS - 1  # warn: the training went on, on the current rows
+    assert rows == fp.to_dict()["rows"] - 1  # warn: the training went on, on the current rows
     changes = {c["partition"]: c for check in checks for c in check.changes}
     assert set(changes) == {changed, deleted}
     assert changes[changed]["validated_rows"] == changes[changed]["read_rows"]
@@ -108,3 +123,32 @@ def test_training_reads_match_in_every_epoch_then_a_change_is_named(table, ignit
     assert changes[deleted]["read_rows"] == changes[deleted]["validated_rows"] - 1
     assert changes[deleted]["keys_changed"]
 
+
+
+def test_run_fails_when_rows_change_between_the_gate_and_training(ignite_conn, run_root, tmp_path):
+    """The gate passed; then rows change; the TensorFlow cluster (a sync worker, a real process under the
+    supervisor) reading them fails naming the partition, at once (not restarted: the data would differ again)."""
+    from ignite_tf.cluster.api import make_launcher, start_cluster
+    from ignite_tf.cluster.state import LocalStateStore, Status
+
+    name, plan, summary = _validated_table(ignite_conn)
+    plan = ShardPlan.build(plan.partition_map, 1, seed=1)  # validated on 2 shards, trained on 1: same partitions
+    # Rows of several partitions change: sync training reads a whole number of batches, so a worker may stop
+    # before its last partitions; one of these is read to its end whatever the deal.
+    partitions = sorted(int(k) for k, v in summary.fingerprints["tasks"].items() if v[0])[-6:]
+    _change_rows(ignite_conn, name, partitions)
+    launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
+    job = {"entry_point": "ignite_tf.models:tabular_classifier",
+           "args": ["--epochs", "2", "--batch-size", "32", "--label-column", "label"]}
+    state = start_cluster(name, job, conn=ignite_conn, launcher=launcher, mode="sync", workers=1,
+                          plan=_with_expected(plan, summary), max_restarts=2)
+    final = launcher.wait(state.cluster_id, timeout=300)
+
+    logs = "\n".join(p.read_text() for p in Path(final.run_dir, "logs").glob("*.log"))
+    assert final.status is Status.FAILED, launcher.tail(state.cluster_id, 40)
+    assert final.restarts == 0
+    named = re.findall(rf"cache '{name}' changed since validation: partition (\d+): ", logs)
+    assert named and {int(p) for p in named} <= set(partitions), logs[-3000:]
+    assert "values changed in f0, label" in logs
+    changes = [c for r in final.reads for c in r.get("data_changes", [])]
+    assert changes and {c["partition"] for c in changes} <= set(partitions)
