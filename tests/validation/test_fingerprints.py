@@ -63,8 +63,9 @@ def _with_expected(plan: ShardPlan, summary, on_change: str = "fail") -> ShardPl
 
 def _train_reads(ignite_conn, plan: ShardPlan, epoch: int) -> list:
     """Both workers' epoch as the runtime reads it (features stacked into the float32 matrix, the label apart)."""
-    import ignite_tf.data as itd
     from ignite_tf_dev import demo_data
+
+    import ignite_tf.data as itd
 
     features = demo_data.feature_columns()
     return [list(itd.blocks(epoch, batch_size=64, worker=w, plan=plan, conn=ignite_conn,

@@ -125,6 +125,9 @@ class TrainingConfig:
     """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
     deferrable: bool = True
     """The training task waits in the triggerer (no worker slot held); false: in its worker."""
+    on_data_change: str = "fail"
+    """When the rows the training reads differ from those validation read: ``fail`` the run naming the
+    partitions, or ``warn`` (record it, train on). See ``ignite_tf.validation.fingerprints``."""
 
     def __post_init__(self):
         try:
@@ -358,7 +361,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             supervision=supervision(t), env=tuple(t.get("env", ())),
             py_modules=tuple(_resolve(base, m) for m in t.get("py_modules", ())),
             kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None,
-            deferrable=t.get("deferrable", True))
+            deferrable=t.get("deferrable", True), on_data_change=t.get("on_data_change", "fail"))
 
     def publish(p):
         registry_root = p.get("registry_root") or default_registry_root()

@@ -5,7 +5,7 @@ Validation fingerprints every task it reads; the training's reads compute the sa
 
 - ``rows``: the rows read;
 - ``keys``: the sum (mod 2**64) of the splitmix64 hashes of their keys (``ignite_tf.reader.tasks.key_hash``);
-- ``columns``: per value column, the sum (mod 2**64) of a hash of (key hash, value).
+- ``columns``: per value column, the sum (mod 2**32) of (low 32 bits of the key hash XOR the value's 32 bits).
 
 Sums make it independent of the reading order (pages, failovers, a node answering out of order) and let the
 fingerprints of a partition's slices add up to the partition's. A value is hashed as its float32 bits, the
@@ -24,8 +24,7 @@ import numpy as np
 from ignite_tf.reader.binary import STACKED
 from ignite_tf.reader.tasks import ReadTask, key_hash
 
-_MIX = np.uint64(0xFF51AFD7ED558CCD)  # MurmurHash3's fmix64 constant: spreads a low-bit change upward
-_SHIFT = np.uint64(29)
+COLUMN_MOD = 2**32
 MASK_PREFIX = "?"  # the reader's NULL masks travel beside the columns; their data is already filled
 
 
@@ -35,18 +34,31 @@ def task_key(task: ReadTask) -> str:
 
 
 def value_bits(values: np.ndarray) -> np.ndarray:
-    """Each value as uint64 holding its float32 bits (strings: their CRC-32)."""
+    """Each value as uint32: its float32 bits (strings: their CRC-32)."""
     values = np.ma.getdata(values)
     if values.dtype.kind in "OUS":
-        return np.fromiter((zlib.crc32(str(v).encode("utf-8")) for v in values), np.uint64, len(values))
-    return np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+        return np.fromiter((zlib.crc32(str(v).encode("utf-8")) for v in values), np.uint32, len(values))
+    if values.dtype != np.float32:
+        values = values.astype(np.float32)
+    return values.view(np.uint32)
 
 
-def column_sum(hashed_keys: np.ndarray, values: np.ndarray) -> int:
-    """The order-independent hash of one column's (key, value) pairs."""
-    h = (hashed_keys ^ value_bits(values)) * _MIX
-    h ^= h >> _SHIFT
-    return int(h.sum(dtype=np.uint64))
+def column_sum(key_bits: np.ndarray, values: np.ndarray) -> int:
+    """The order-independent hash of one column's (key, value) pairs: the sum (mod 2**32) of
+    ``key bits XOR value bits``.
+
+    ``key_bits``: the low 32 bits of the keys' hashes. The XOR ties each value to its row (a value moved to
+    another row changes the sum), and one changed value always changes the sum (its term changes mod 2**32).
+    Two passes over 32-bit data: a 64-bit mix per value cost several times as much, and the whole
+    fingerprint must stay within 5% of the reader's throughput (bench/ingest.py).
+    """
+    return int(np.bitwise_xor(value_bits(values), key_bits).sum(dtype=np.uint32))
+
+
+def matrix_sums(key_bits: np.ndarray, matrix: np.ndarray) -> list[int]:
+    """``column_sum`` of every column of a float32 matrix ``[rows, columns]``."""
+    bits = matrix.view(np.uint32) if matrix.dtype == np.float32 else matrix.astype(np.float32).view(np.uint32)
+    return [int(s) for s in np.bitwise_xor(bits, key_bits[:, None]).sum(axis=0, dtype=np.uint32)]
 
 
 class Fingerprinter:
@@ -71,13 +83,17 @@ class Fingerprinter:
         hashed = key_hash(keys)
         acc["rows"] += len(keys)
         acc["keys"] = (acc["keys"] + int(hashed.sum(dtype=np.uint64))) % 2**64
+        hashed = hashed.astype(np.uint32)  # the low 32 bits, beside 32-bit values
         cols = acc["columns"]
         for name, values in chunk.items():
             if name == self.key_column or name.startswith(MASK_PREFIX):
                 continue
-            pairs = zip(self.stack, values.T) if name == STACKED else [(name, values)]
-            for column, data in pairs:
-                cols[column] = (cols.get(column, 0) + column_sum(hashed, data)) % 2**64
+            if name == STACKED:
+                sums = zip(self.stack, matrix_sums(hashed, values), strict=True)
+            else:
+                sums = [(name, column_sum(hashed, values))]
+            for column, value in sums:
+                cols[column] = (cols.get(column, 0) + value) % COLUMN_MOD
 
     def finish(self, task: ReadTask) -> None:
         """``task`` was read to its end: its fingerprint is final."""
@@ -92,8 +108,8 @@ def combine(a: dict, b: dict) -> dict:
     """The fingerprint of the rows of both (disjoint rows: two slices of one partition)."""
     cols = dict(a["columns"])
     for name, value in b["columns"].items():
-        cols[name] = (cols.get(name, 0) + value) % 2**64
+        cols[name] = (cols.get(name, 0) + value) % COLUMN_MOD
     return {"rows": a["rows"] + b["rows"], "keys": (a["keys"] + b["keys"]) % 2**64, "columns": cols}
 
 
-__all__ = ["Fingerprinter", "column_sum", "combine", "task_key", "value_bits"]
+__all__ = ["Fingerprinter", "column_sum", "combine", "matrix_sums", "task_key", "value_bits"]

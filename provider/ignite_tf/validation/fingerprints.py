@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.errors import ConfigError, DataChangedError
 from ignite_tf.reader.fingerprint import combine, task_key
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,6 @@ class OnDataChange(StrEnum):
             return cls(str(value).lower())
         except ValueError:
             raise ConfigError(f"on_data_change must be one of {[p.value for p in cls]} (got {value!r})") from None
-
-
-class DataChangedError(IgniteTFError):
-    """The training read rows that differ from those validation read; ``changes`` lists each partition's."""
-
-    def __init__(self, message: str, changes: list[dict]):
-        super().__init__(message)
-        self.changes = changes
 
 
 @dataclass
