@@ -125,9 +125,7 @@ class TrainingConfig:
     """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
     deferrable: bool = True
     """The training task waits in the triggerer (no worker slot held); false: in its worker."""
-    on_data_change: str = "fail"
-    """When the rows the training reads differ from those validation read: ``fail`` the run naming the
-    partitions, or ``warn`` (record it, train on). See ``ignite_tf.validation.fingerprints``."""
+    on_data_change: str = "fail"  # rows read differ from those validated: fail, or warn (validation.fingerprints)
 
     def __post_init__(self):
         try:
