@@ -348,13 +348,12 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
 
     def training(t):
         job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("command") else None)
-        lr = t.get("learning_rate")
         return TrainingConfig(
             mode=Mode(t.get("mode", Mode.SYNC)), workers=t.get("workers", 2), ps=t.get("ps", 1),
             launcher=LauncherKind.parse(t.get("launcher")), entry_point=t.get("entry_point"),
             command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
-            epochs=t.get("epochs", DEFAULT_EPOCHS),
-            batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
+            epochs=t.get("epochs", DEFAULT_EPOCHS), batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE),
+            learning_rate=None if t.get("learning_rate") is None else float(t["learning_rate"]),
             label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
             supervision=supervision(t), env=tuple(t.get("env", ())),
             py_modules=tuple(_resolve(base, m) for m in t.get("py_modules", ())),
