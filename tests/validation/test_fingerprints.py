@@ -9,6 +9,7 @@ import re
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ignite_tf.connection import sql
@@ -153,3 +154,39 @@ def test_run_fails_when_rows_change_between_the_gate_and_training(ignite_conn, r
     assert "values changed in f0, label" in logs
     changes = [c for r in final.reads for c in r.get("data_changes", [])]
     assert changes and {c["partition"] for c in changes} <= set(partitions)
+
+
+def test_fingerprint_is_order_independent_and_the_same_stacked_or_not():
+    """No Ignite: the fingerprint of one task's rows, read in two pages in another order, as separate columns of
+    their own dtypes or as the training's float32 matrix, is the same; one changed value changes it."""
+    from ignite_tf.reader.fingerprint import Fingerprinter
+    from ignite_tf.reader.partition import STACKED
+    from ignite_tf.reader.tasks import ReadTask
+
+    rng = np.random.default_rng(0)
+    n, task = 300, ReadTask(7)
+    rows = {"id": np.arange(n, dtype=np.int64), "f0": rng.random(n, dtype=np.float32),
+            "f1": rng.random(n).astype(np.float64), "label": rng.integers(0, 10, n).astype(np.int32),
+            "name": np.array([f"r{i}" for i in range(n)], dtype=object)}
+
+    def fingerprint(pages, stack=None):
+        fp = Fingerprinter("id", stack)
+        for page in pages:
+            fp.add(task, page)
+        fp.finish(task)
+        return fp.done["7"]
+
+    plain = fingerprint([rows])
+    order = rng.permutation(n)
+    assert fingerprint([{k: v[order[:100]] for k, v in rows.items()},
+                        {k: v[order[100:]] for k, v in rows.items()}]) == plain
+    stacked = {"id": rows["id"], STACKED: np.stack([rows["f0"], rows["f1"].astype(np.float32)], axis=1),
+               "label": rows["label"], "name": rows["name"]}
+    assert fingerprint([stacked], ["f0", "f1"]) == plain
+    changed = {k: v.copy() for k, v in rows.items()}
+    changed["label"][5] += 1
+    swapped = {k: v.copy() for k, v in rows.items()}
+    swapped["f0"][[1, 2]] = swapped["f0"][[2, 1]]
+    assert fingerprint([changed])["columns"]["label"] != plain["columns"]["label"]
+    assert fingerprint([swapped])["columns"]["f0"] != plain["columns"]["f0"]
+    assert fingerprint([changed])["keys"] == plain["keys"] and plain["rows"] == n

@@ -26,6 +26,7 @@ from ignite_tf.reader.tasks import ReadTask, key_hash
 
 COLUMN_MOD = 2**32
 MASK_PREFIX = "?"  # the reader's NULL masks travel beside the columns; their data is already filled
+_VIEW, _MATRIX, _CONVERT = range(3)  # how a column's value bits are had: a view, the matrix's, value_bits
 
 
 def task_key(task: ReadTask) -> str:
@@ -34,31 +35,30 @@ def task_key(task: ReadTask) -> str:
 
 
 def value_bits(values: np.ndarray) -> np.ndarray:
-    """Each value as uint32: its float32 bits (strings: their CRC-32)."""
+    """Each value as uint32: its float32 bits (strings: their CRC-32); any shape."""
     values = np.ma.getdata(values)
     if values.dtype.kind in "OUS":
-        return np.fromiter((zlib.crc32(str(v).encode("utf-8")) for v in values), np.uint32, len(values))
+        return np.fromiter((zlib.crc32(str(v).encode("utf-8")) for v in values.ravel()), np.uint32,
+                           values.size).reshape(values.shape)
     if values.dtype != np.float32:
         values = values.astype(np.float32)
     return values.view(np.uint32)
 
 
-def column_sum(key_bits: np.ndarray, values: np.ndarray) -> int:
-    """The order-independent hash of one column's (key, value) pairs: the sum (mod 2**32) of
-    ``key bits XOR value bits``.
+def column_sums(key_bits: np.ndarray, columns: list[np.ndarray]) -> np.ndarray:
+    """The order-independent hash of each column's (key, value) pairs: the sum (mod 2**32) of
+    ``key bits XOR value bits`` over the rows.
 
-    ``key_bits``: the low 32 bits of the keys' hashes. The XOR ties each value to its row (a value moved to
-    another row changes the sum), and one changed value always changes the sum (its term changes mod 2**32).
-    Two passes over 32-bit data: a 64-bit mix per value cost several times as much, and the whole
-    fingerprint must stay within 5% of the reader's throughput (bench/ingest.py).
+    ``key_bits``: the low 32 bits of the keys' hashes; ``columns``: each column's ``value_bits`` (or float32
+    values: the same bits), flat (a block of several columns: one after the other).
+    The XOR ties each value to its row (a value moved to another row changes the sum), and one changed value
+    always changes the sum (its term changes mod 2**32). All columns in three NumPy calls: a page holds a few
+    hundred rows, so calls per column, not arithmetic, were what cost (the whole fingerprint must stay within
+    5% of the reader's throughput: bench/ingest.py).
     """
-    return int(np.bitwise_xor(value_bits(values), key_bits).sum(dtype=np.uint32))
-
-
-def matrix_sums(key_bits: np.ndarray, matrix: np.ndarray) -> list[int]:
-    """``column_sum`` of every column of a float32 matrix ``[rows, columns]``."""
-    bits = matrix.view(np.uint32) if matrix.dtype == np.float32 else matrix.astype(np.float32).view(np.uint32)
-    return [int(s) for s in np.bitwise_xor(bits, key_bits[:, None]).sum(axis=0, dtype=np.uint32)]
+    bits = np.concatenate(columns) if len(columns) > 1 else np.array(columns[0])
+    bits = bits.view(np.uint32).reshape(-1, len(key_bits))
+    return np.bitwise_xor(bits, key_bits, out=bits).sum(axis=1, dtype=np.uint32)
 
 
 class Fingerprinter:
@@ -73,32 +73,51 @@ class Fingerprinter:
         self.key_column, self.stack, self.on_task = key_column, list(stack or []), on_task
         self.done: dict[str, dict] = {}
         self._open: dict[str, dict] = {}
+        self._layouts: dict[tuple, tuple[list, list[str]]] = {}
 
     def add(self, task: ReadTask, chunk: dict) -> None:
         """Fold the rows of ``chunk`` (columns of one page, already filtered to the task) into ``task``'s."""
         keys = chunk[self.key_column]
         if not len(keys):
             return
-        acc = self._open.setdefault(task_key(task), {"rows": 0, "keys": 0, "columns": {}})
+        # Every page of a reader has the same columns: what to do with each is worked out once.
+        layout = self._layouts.get(tuple(chunk))
+        if layout is None:
+            layout = self._layouts[tuple(chunk)] = self._layout(chunk)
+        how, names = layout
+        key = task_key(task)
+        acc = self._open.get(key)
+        if acc is None:
+            acc = self._open[key] = {"rows": 0, "keys": 0, "names": names, "sums": np.zeros(len(names), np.uint32)}
         hashed = key_hash(keys)
         acc["rows"] += len(keys)
         acc["keys"] = (acc["keys"] + int(hashed.sum(dtype=np.uint64))) % 2**64
-        hashed = hashed.astype(np.uint32)  # the low 32 bits, beside 32-bit values
-        cols = acc["columns"]
+        if names:
+            # float32 as is, viewed as bits once, after the concatenation (a view per column cost more).
+            parts = [chunk[name] if kind == _VIEW else chunk[name].T.ravel() if kind == _MATRIX else
+                     value_bits(chunk[name]).view(np.float32) for name, kind in how]
+            acc["sums"] += column_sums(hashed.astype(np.uint32), parts)  # uint32: wraps mod 2**32
+
+    def _layout(self, chunk: dict) -> tuple[list[tuple[str, int]], list[str]]:
+        how, names = [], []
         for name, values in chunk.items():
             if name == self.key_column or name.startswith(MASK_PREFIX):
                 continue
             if name == STACKED:
-                sums = zip(self.stack, matrix_sums(hashed, values), strict=True)
+                how.append((name, _MATRIX))
+                names += self.stack
             else:
-                sums = [(name, column_sum(hashed, values))]
-            for column, value in sums:
-                cols[column] = (cols.get(column, 0) + value) % COLUMN_MOD
+                how.append((name, _VIEW if values.dtype == np.float32 else _CONVERT))
+                names.append(name)
+        return how, names
 
     def finish(self, task: ReadTask) -> None:
         """``task`` was read to its end: its fingerprint is final."""
         key = task_key(task)
-        fp = self._open.pop(key, {"rows": 0, "keys": 0, "columns": {}})
+        acc = self._open.pop(key, None)
+        fp = {"rows": 0, "keys": 0, "columns": {}} if acc is None else {
+            "rows": acc["rows"], "keys": acc["keys"], "columns": dict(zip(acc["names"], acc["sums"].tolist(),
+                                                                          strict=True))}
         self.done[key] = fp
         if self.on_task is not None:
             self.on_task(task, fp)
@@ -112,4 +131,4 @@ def combine(a: dict, b: dict) -> dict:
     return {"rows": a["rows"] + b["rows"], "keys": (a["keys"] + b["keys"]) % 2**64, "columns": cols}
 
 
-__all__ = ["Fingerprinter", "column_sum", "combine", "matrix_sums", "task_key", "value_bits"]
+__all__ = ["Fingerprinter", "column_sums", "combine", "task_key", "value_bits"]
