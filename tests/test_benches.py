@@ -17,7 +17,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 BENCHES = {
     "ingest.py": (["| path | rows timed | rows/s |"],
                   {"rows", "scan_default_rows_s", "scan_paged_rows_s", "reader_rows_s", "memory_rows_s",
-                   "reader_vs_paged", "reader_vs_memory", "rss_small_mb", "rss_large_mb"}),
+                   "reader_vs_paged", "reader_vs_memory", "rss_small_mb", "rss_large_mb",
+                   "reader_fingerprint_rows_s", "fingerprint_cost", "load_average"}),
     "validate.py": (["| measurement | seconds | rows/s |"],
                     {"rows", "validate_rows_s", "read_rows_s", "validation_overhead"}),
     "end.py": (["| phase | median s | runs |", "| after_last_epoch_s |"],

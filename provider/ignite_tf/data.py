@@ -169,7 +169,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
     # (or failed-over) scan, never a row.
     with PartitionReader(_conn(conn), pm.cache, columns=columns, batch_size=unit, page_size=page_size,
                          primaries=pm.primary_addresses(), backups=pm.backup_addresses(), stack=stack,
-                         layout=layout, key_filter=plan.evaluation.training_filter()) as reader:
+                         layout=layout, key_filter=plan.evaluation.training_filter(),
+                         fingerprint=data_check(plan)) as reader:
         try:
             stream = _reported(reader.batches(my.read_tasks()), epoch)
             if not shuffle_buffer:
@@ -492,6 +493,16 @@ def report_evaluation(metrics: dict, *, rows: int | None = None, plan=None) -> d
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+def data_check(plan: ShardPlan):
+    """The check of this worker's reads against what validation read (``plan.fingerprints``); False: none."""
+    if not plan.fingerprints:
+        return False
+    from ignite_tf.validation.fingerprints import DataCheck, Fingerprints
+
+    return DataCheck(Fingerprints.from_dict(plan.fingerprints["expected"]), plan.fingerprints.get("on_data_change"),
+                     cache=plan.partition_map.cache)
+
+
 def report_reads(reader, plan: ShardPlan, worker: int, epoch: int) -> dict | None:
     """Add what ``reader`` read (rows per serving Ignite node, the share from this worker's own host or
     Kubernetes node) to the cluster state of the cluster this process belongs to, if any. Never raises: a
@@ -512,6 +523,10 @@ def report_reads(reader, plan: ShardPlan, worker: int, epoch: int) -> dict | Non
             # worker may have loaded the plan: read the plan's placement again.
             ignite_nodes = (ShardPlan.load(os.environ[ENV_SHARD_PLAN]).placement or {}).get("ignite_nodes")
         record = reader.locality(kubernetes_node=node, ignite_nodes=ignite_nodes)
+        check = reader.fingerprints.on_task if reader.fingerprints is not None else None
+        if check is not None:
+            record["data_check"] = {"tasks_checked": check.checked, "changes": check.changes,
+                                    "on_data_change": check.on_change.value}
         cluster_id, store = os.environ.get(ENV_CLUSTER_ID), store_from_env()
         if cluster_id and store is not None:
             try:

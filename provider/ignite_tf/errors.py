@@ -50,6 +50,15 @@ class ValidationFailed(IgniteTFError):
         self.summary = summary
 
 
+class DataChangedError(IgniteTFError):
+    """The training read rows that differ from those validation read (``ignite_tf.validation.fingerprints``);
+    ``changes`` holds each changed partition's difference."""
+
+    def __init__(self, message: str, changes: list[dict]):
+        super().__init__(message)
+        self.changes = changes
+
+
 class VersionNotFoundError(IgniteTFError, LookupError):
     """The model or version asked for is not in the registry (or is not complete)."""
 

@@ -62,6 +62,8 @@ PYTHON: dict[str, str] = {
     "ignite_tf.evaluation.heldout.read_held_out": "function",
     "ignite_tf.contract.ENV_PRODUCTION_MODEL": "value",
     "ignite_tf.reader.partition.PartitionReader": "class",
+    "ignite_tf.validation.fingerprints.Fingerprints": "class",
+    "ignite_tf.validation.fingerprints.OnDataChange": "class",
     "ignite_tf.reader.servers.discover": "function",
     "ignite_tf.reader.servers.all_servers": "function",
     # Airflow: operators, sensor, trigger (its class path is stored with each deferred task), hook, links.
@@ -95,6 +97,7 @@ PYTHON: dict[str, str] = {
     "ignite_tf.errors.AuthenticationFailedError": "exception",
     "ignite_tf.errors.CacheNotFoundError": "exception",
     "ignite_tf.errors.ValidationFailed": "exception",
+    "ignite_tf.errors.DataChangedError": "exception",
 }
 
 # ``module:function`` strings a spec (``training.entry_point``), an operator (``entry_point=``) or
@@ -137,7 +140,7 @@ YAML_KEYS: tuple[str, ...] = (
     "training.command", "training.job_dir", "training.epochs", "training.batch_size", "training.model_args",
     "training.learning_rate", "training.label_column", "training.max_restarts", "training.restart_policy",
     "training.progress_timeout_s", "training.env", "training.py_modules", "training.startup_deadline_s",
-    "training.deferrable", "training.kubernetes", "training.kubernetes.namespace", "training.kubernetes.image", "training.kubernetes.conn_id",
+    "training.deferrable", "training.on_data_change", "training.kubernetes", "training.kubernetes.namespace", "training.kubernetes.image", "training.kubernetes.conn_id",
     "training.kubernetes.resources", "training.kubernetes.resources.requests", "training.kubernetes.resources.limits",
     "training.kubernetes.service_account", "training.kubernetes.node_selector", "training.kubernetes.tolerations",
     "training.kubernetes.volumes", "training.kubernetes.labels", "training.kubernetes.placement",

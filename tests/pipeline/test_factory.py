@@ -495,6 +495,12 @@ def test_tabular_sync_end_to_end_then_inference(airflow_env, ignite_client):
     meta = registry.metadata("tabular_sync", publish["version"])
     assert meta["context"]["dag_id"] == "ignite_tf_tabular_sync" and meta["data"]["rows"] == 3000
     assert meta["params"]["epochs"] == "2" and meta["params"]["spec"] == "tabular_sync.yaml"
+    # Trained on what was validated: the gate's fingerprints went to the workers and into the registry; the
+    # model is the training task's (its try and cluster), not the publish task's.
+    assert meta["data"]["fingerprints"]["rows"] == 3000 and meta["data"]["fingerprints"]["columns"]
+    assert meta["context"]["task_id"] == "train" and meta["context"]["try_number"] == 1
+    assert meta["context"]["cluster_id"] == train["cluster_id"] and meta["context"]["published_by"]["task_id"] == "publish"
+    print("published metadata.json:", json.dumps({k: meta[k] for k in ("context", "data")})[:3000])
     assert_nothing_left(train["cluster_id"], train["run_dir"])
     print(f"tabular_sync end to end (3000 rows, 2 workers, 2 epochs): {took:.1f}s, metrics {train['metrics']}")
 

@@ -288,6 +288,11 @@ class StateStore(ABC):
         for key in ("by", "where"):
             if key in record:
                 total[key] = record[key]
+        # What differed from the validated rows (on_data_change: warn), kept over every epoch.
+        changes = [*(before or {}).get("data_changes", []),
+                   *({"epoch": int(epoch), **c} for c in (record.get("data_check") or {}).get("changes", []))]
+        if changes:
+            total["data_changes"] = changes
         self._put_worker_reads(cluster_id, worker, total)
 
     def set_evaluation(self, cluster_id: str, evaluation: dict[str, Any]) -> None:

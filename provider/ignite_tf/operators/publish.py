@@ -79,9 +79,15 @@ class PublishModelOperator(IgniteTFOperator):
         if self.validation:
             validation = as_dict(self.validation)
             data["validation"] = {k: validation[k] for k in ("passed", "rows", "shards", "failures") if k in validation}
+            if validation.get("fingerprints"):  # what was validated, so what the model was trained on
+                data["fingerprints"] = validation["fingerprints"]
         ti = context["ti"]
-        run_context = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "task_id": self.task_id,
-                       "try_number": ti.try_number, "cluster_id": training.get("cluster_id")}
+        # The model comes from the training task's try and cluster; this (publish) task only copied it.
+        trained_by = training.get("trained_by") or {}
+        run_context = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
+                       "task_id": trained_by.get("task_id"), "try_number": trained_by.get("try_number"),
+                       "map_index": trained_by.get("map_index"), "cluster_id": training.get("cluster_id"),
+                       "published_by": {"task_id": self.task_id, "try_number": ti.try_number}}
         gate = BlessingGate(thresholds={k: tuple(v) for k, v in self.thresholds.items()}, tolerance=self.tolerance)
         # The registry reads the run through fsspec: an object-store run with this connection's credentials.
         with environment(credentials_env(self.run_store_conn_id) if self.run_store_conn_id else {}):

@@ -75,12 +75,16 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     :param wait_for_completion: False returns the cluster id at once (watch it with ``TFClusterSensor``; the
         same executor rule applies).
     :param poll_interval: seconds between state polls.
+    :param validation: the ``ValidationGateOperator`` result (templated): with ``plan``, every worker checks
+        each partition it reads against the fingerprints of what the gate validated.
+    :param on_data_change: when they differ: ``fail`` (the run fails naming the partitions and what changed) or
+        ``warn`` (recorded in the cluster state's reads; the training goes on) (templated).
     """
 
     template_fields: Sequence[str] = ("cache", "plan", "mode", "workers", "ps", "epochs", "batch_size",
                                       "learning_rate", "label_column", "max_restarts", "command", "job_dir",
                                       "restart_policy", "env", "model_args", "launcher", "kubernetes", "supervision",
-                                      "run_root", "py_modules")
+                                      "run_root", "py_modules", "validation", "on_data_change")
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
@@ -94,7 +98,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                  restart_policy: str | None = None, progress_timeout_s: float | None = None,
                  env: list[str] | dict[str, str] | None = None, launcher: str = LauncherKind.LOCAL.value,
                  kubernetes: dict[str, Any] | None = None, supervision: Any = None,
-                 run_store_conn_id: str | None = None, py_modules: list[str] | None = None, **kwargs):
+                 run_store_conn_id: str | None = None, py_modules: list[str] | None = None,
+                 validation: Any = None, on_data_change: str = "fail", **kwargs):
         super().__init__(**kwargs)
         if (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
@@ -110,6 +115,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         self.deferrable, self.wait_for_completion, self.poll_interval = deferrable, wait_for_completion, poll_interval
         self.restart_policy, self.progress_timeout_s = restart_policy, progress_timeout_s
         self.launcher, self.kubernetes, self.supervision = launcher, kubernetes, supervision
+        self.validation, self.on_data_change = validation, on_data_change
         self._cluster_id: str | None = None
 
     def cluster_id_for(self, context, try_number: int | None = None) -> str:
@@ -157,6 +163,13 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         cluster_id = self._cluster_id = self.cluster_id_for(context)
         self._log_launch(launcher, cluster_id)
         plan = ShardPlan.from_dict(as_dict(self.plan)) if self.plan else None
+        fingerprints = (as_dict(self.validation) if self.validation else {}).get("fingerprints")
+        if plan is not None and fingerprints:
+            from ignite_tf.validation.fingerprints import OnDataChange
+
+            # The workers check every partition they read against what the gate validated.
+            plan.fingerprints = {"expected": fingerprints,
+                                 "on_data_change": OnDataChange.parse(self.on_data_change).value}
         state = start_cluster(
             self.cache, self.job(), conn=self.conn, mode=Mode.parse(self.mode),
             workers=int(self.workers) if self.workers else None, ps=int(self.ps), cluster_id=cluster_id,
@@ -246,7 +259,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         self._cluster_id = event.get("cluster_id") or self._cluster_id  # so that on_kill finds it here too
-        return super().execute_complete(context, event)
+        result = super().execute_complete(context, event)
+        if isinstance(result, dict):  # where the model came from, for the registry: this task's try, not publish's
+            ti = context["ti"]
+            result["trained_by"] = {"task_id": self.task_id, "try_number": ti.try_number,
+                                    "map_index": getattr(ti, "map_index", -1), "cluster_id": result.get("cluster_id")}
+        return result
 
     def get_openlineage_facets_on_start(self):
         """The table it trains on, in (the model it makes is the publish task's output)."""

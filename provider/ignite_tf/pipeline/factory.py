@@ -235,6 +235,7 @@ def render(config: PipelineConfig) -> list[DagSpec]:
                  {**conn, **run, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode,
                   "workers": workers,
                   "ps": _param("ps", params, training.ps), "deferrable": training.deferrable,
+                  "validation": Ref("validation_gate"), "on_data_change": training.on_data_change,
                   **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
                   **({"env": env} if env else {}), **job,
                   **({"py_modules": [str(m) for m in training.py_modules]} if training.py_modules else {}),

@@ -118,6 +118,7 @@ class TrainingConfig:
     """Settings of ``launcher: kubernetes`` (``ignite_tf.cluster.k8s.settings.KubernetesSettings``)."""
     deferrable: bool = True
     """The training task waits in the triggerer (no worker slot held); false: in its worker."""
+    on_data_change: str = "fail"  # rows read differ from those validated: fail, or warn (validation.fingerprints)
 
     def __post_init__(self):
         try:
@@ -339,18 +340,17 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
 
     def training(t):
         job_dir = _resolve(base, t["job_dir"]) if t.get("job_dir") else (base if t.get("command") else None)
-        lr = t.get("learning_rate")
         return TrainingConfig(
             mode=Mode(t.get("mode", Mode.SYNC)), workers=t.get("workers", 2), ps=t.get("ps", 1),
             launcher=LauncherKind.parse(t.get("launcher")), entry_point=t.get("entry_point"),
             command=tuple(t.get("command", ())), job_dir=job_dir, model_args=dict(t.get("model_args") or {}),
-            epochs=t.get("epochs", DEFAULT_EPOCHS),
-            batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE), learning_rate=None if lr is None else float(lr),
+            epochs=t.get("epochs", DEFAULT_EPOCHS), batch_size=t.get("batch_size", DEFAULT_BATCH_SIZE),
+            learning_rate=None if t.get("learning_rate") is None else float(t["learning_rate"]),
             label_column=t.get("label_column", DEFAULT_LABEL_COLUMN),
             supervision=supervision(t), env=tuple(t.get("env", ())),
             py_modules=tuple(_resolve(base, m) for m in t.get("py_modules", ())),
             kubernetes=dict(t["kubernetes"]) if t.get("kubernetes") is not None else None,
-            deferrable=t.get("deferrable", True))
+            deferrable=t.get("deferrable", True), on_data_change=t.get("on_data_change", "fail"))
 
     def publish(p):
         registry_root = p.get("registry_root") or default_registry_root()

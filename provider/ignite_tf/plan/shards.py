@@ -101,6 +101,9 @@ class ShardPlan:
     placement: dict[str, Any] | None = None
     # Rows held out for evaluation (never trained on): none by default.
     evaluation: EvaluationSplit = field(default_factory=EvaluationSplit)
+    # What validation read, for the workers to check their reads against: ``{"expected": Fingerprints dict,
+    # "on_data_change": "fail" | "warn"}`` (``ignite_tf.validation.fingerprints``); None: nothing checked.
+    fingerprints: dict[str, Any] | None = None
     _cache: dict[int, list[WorkerShard]] = field(default_factory=dict, repr=False, compare=False)
     _next_to: list[frozenset[str]] | None = field(default=None, repr=False, compare=False)
     _local_workers: list[list[int]] | None = field(default=None, repr=False, compare=False)
@@ -337,6 +340,7 @@ class ShardPlan:
             "worker_hosts": self.worker_hosts, "reshuffle": self.reshuffle.value, "seed": self.seed,
             "cuts": None if self.cuts is None else {str(k): v for k, v in self.cuts.items()},
             "placement": self.placement, "evaluation": self.evaluation.to_dict(),
+            **({"fingerprints": self.fingerprints} if self.fingerprints else {}),
         }
 
     @classmethod
@@ -347,6 +351,7 @@ class ShardPlan:
             Reshuffle.parse(data.get("reshuffle")), int(data.get("seed", 0)),
             None if cuts is None else {int(k): v for k, v in cuts.items()}, data.get("placement"),
             EvaluationSplit.parse(data.get("evaluation")),
+            fingerprints=data.get("fingerprints"),
         )
 
     def to_json(self) -> str:

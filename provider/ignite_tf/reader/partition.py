@@ -82,6 +82,8 @@ class PartitionReader:
         this one does not ask the cluster again (a dataset opens a reader per epoch).
     :param key_filter: ``key_filter(keys) -> bool array``: only rows it keeps are read (a held-out evaluation
         split, ``ignite_tf.plan.split``); None reads every row.
+    :param fingerprint: fingerprint every task read (``self.fingerprints``, :mod:`ignite_tf.reader.fingerprint`);
+        a callable is also called with ``(task, fingerprint)`` as each task is read to its end.
     """
 
     def __init__(self, conn: IgniteConnectionConfig, cache: str, *, columns: list[str] | None = None,
@@ -89,7 +91,7 @@ class PartitionReader:
                  primaries: dict[int, tuple[str, int]] | None = None,
                  backups: dict[int, list[tuple[str, int]]] | None = None, failover_timeout: float = 60.0,
                  scans_ahead: int = 4, stack: list[str] | None = None, layout: tuple | None = None,
-                 key_filter=None):
+                 key_filter=None, fingerprint=False):
         if batch_size < 1 or page_size < 1 or scans_ahead < 0:
             raise ConfigError(f"batch_size and page_size must be >= 1 and scans_ahead >= 0 (got {batch_size}, "
                               f"{page_size}, {scans_ahead})")
@@ -128,6 +130,7 @@ class PartitionReader:
             raise
         self.schema: dict[str, np.dtype] = {self.key_column: np.dtype(np.int64)}
         self.schema.update({f.name: f.dtype for f in fields})
+        self.fingerprints = _fingerprinter(fingerprint, self.key_column, self._decoder.stack)
 
     # -- cluster metadata --------------------------------------------------------------------------------
     def _sql(self, query: str, args: list | None = None, names: bool = False) -> list[list]:
@@ -278,19 +281,21 @@ class PartitionReader:
                             keep = h >= np.uint64(task.hash_lo)
                             if task.hash_hi < HASH_SPACE:
                                 keep &= h < np.uint64(task.hash_hi)
-                        keep = self._filtered(keys, keep)
                         if skip is not None:
                             fresh = ~np.isin(keys, skip)
                             keep = fresh if keep is None else keep & fresh
-                        chunk = {**cols, **{_MASK + k: m for k, m in masks.items()}}
-                        if keep is not None and not keep.all():
-                            chunk = {k: v[keep] for k, v in chunk.items()}
+                        chunk = _subset({**cols, **{_MASK + k: m for k, m in masks.items()}}, keep)
                         seen.append(chunk[self.key_column])
+                        if self.fingerprints is not None:  # the task's every row, as validation read it
+                            self.fingerprints.add(task, chunk)
+                        chunk = _subset(chunk, self._kept(chunk[self.key_column]))
                         served = self.stats["rows_per_node"]
                         node = str(self._conns[index].uuid)
                         served[node] = served.get(node, 0) + len(chunk[self.key_column])
                         yield chunk
                     self.stats["partitions"] += 1
+                    if self.fingerprints is not None:
+                        self.fingerprints.finish(task)
                     return
                 except NodeFailed as exc:
                     errors.append(str(exc))
@@ -309,12 +314,9 @@ class PartitionReader:
             if not self._scans.alive():
                 self._scans.reconnect_all()
 
-    def _filtered(self, keys: np.ndarray, keep: np.ndarray | None) -> np.ndarray | None:
-        """``keep`` narrowed to the rows ``key_filter`` keeps (kept apart from the scan loop on purpose)."""
-        if self.key_filter is None:
-            return keep
-        kept = np.asarray(self.key_filter(keys), dtype=bool)
-        return kept if keep is None else keep & kept
+    def _kept(self, keys: np.ndarray) -> np.ndarray | None:
+        """Which rows ``key_filter`` keeps (None: all); applied after the fingerprint, which covers every row."""
+        return None if self.key_filter is None else np.asarray(self.key_filter(keys), dtype=bool)
 
     # -- batches -------------------------------------------------------------------------------------------
     def batches(self, tasks: Iterable[ReadTask | int]) -> Iterator[dict[str, np.ndarray]]:
@@ -404,6 +406,18 @@ class PartitionReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _subset(chunk: dict[str, np.ndarray], keep: np.ndarray | None) -> dict[str, np.ndarray]:
+    return chunk if keep is None or keep.all() else {k: v[keep] for k, v in chunk.items()}
+
+
+def _fingerprinter(fingerprint, key_column: str, stack: list[str]):
+    if not fingerprint:
+        return None
+    from ignite_tf.reader.fingerprint import Fingerprinter
+
+    return Fingerprinter(key_column, stack, on_task=fingerprint if callable(fingerprint) else None)
 
 
 def _one_per_node(conns: list) -> list:

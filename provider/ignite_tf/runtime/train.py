@@ -210,8 +210,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
     timeline.mark("fit_end", show=info.is_chief)
-    model_info = {
-        "entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
+    model_info = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
         "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
         "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last or saved_metrics(ckpt),
         "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}

@@ -18,6 +18,7 @@ from typing import Any
 from ignite_tf.connection import sql
 from ignite_tf.errors import ConfigError, ValidationFailed
 from ignite_tf.jsonable import jsonable
+from ignite_tf.validation.fingerprints import Fingerprints
 from ignite_tf.validation.suite import ExpectationSpec, Suite, coerce_suite
 
 UNIQUE = "expect_column_values_to_be_unique"
@@ -62,6 +63,7 @@ class ShardResult:
     seconds: float = 0.0
     read_seconds: float = 0.0
     gx_result: dict | None = None
+    fingerprints: dict | None = None  # what was read, per task (``ignite_tf.validation.fingerprints``)
 
     @property
     def success(self) -> bool:
@@ -131,6 +133,7 @@ class ValidationSummary:
     shards: list[ShardResult] = field(default_factory=list, repr=False)
     suite_dict: dict = field(default_factory=dict, repr=False)
     cache: str | None = None
+    fingerprints: dict | None = None  # every shard's, merged (``Fingerprints.to_dict``); None: not read
 
     @property
     def failures(self) -> list[CheckSummary]:
@@ -145,14 +148,16 @@ class ValidationSummary:
         return {"suite": self.suite, "cache": self.cache, "passed": self.passed, "rows": self.rows,
                 "rows_checked": self.rows_checked, "sampled": self.sampled,
                 "rows_per_shard": {str(k): v for k, v in self.rows_per_shard.items()},
-                "message": self.message(), "checks": [asdict(c) for c in self.checks]}
+                "message": self.message(), "checks": [asdict(c) for c in self.checks],
+                "fingerprints": self.fingerprints}
 
     @classmethod
     def from_dict(cls, data: dict) -> ValidationSummary:
         """Back from :meth:`to_dict` (e.g. from XCom), without the per-shard GX results."""
         return cls(data["suite"], bool(data["passed"]), int(data["rows"]), int(data["rows_checked"]),
                    bool(data["sampled"]), {int(k): v for k, v in data["rows_per_shard"].items()},
-                   [CheckSummary(**c) for c in data["checks"]], cache=data.get("cache"))
+                   [CheckSummary(**c) for c in data["checks"]], cache=data.get("cache"),
+                   fingerprints=data.get("fingerprints"))
 
 
 def _bounds_ok(value, kwargs: dict) -> bool:
@@ -263,7 +268,13 @@ def merge(results: list[ShardResult], suite: Suite | dict | str | Path, conn=Non
                                           f"and {kwargs['max_value']}"))
     return ValidationSummary(suite.name, all(c.success for c in checks), total, sum(r.rows_checked for r in results),
                              sampled, {r.shard: r.rows_checked for r in results}, checks, results, suite.to_dict(),
-                             cache)
+                             cache, _fingerprints(results))
+
+
+def _fingerprints(results: list[ShardResult]) -> dict | None:
+    if not results or any(r.fingerprints is None for r in results):
+        return None  # a shard validated without its reads (validate_frame): nothing to hold the training to
+    return Fingerprints.merged([Fingerprints.from_dict(r.fingerprints) for r in results]).to_dict()
 
 
 def unique_over_cache(conn, cache: str, spec: ExpectationSpec, per_shard) -> CheckSummary:

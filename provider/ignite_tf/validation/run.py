@@ -28,6 +28,7 @@ import pandas as pd
 
 from ignite_tf.errors import ConfigError
 from ignite_tf.jsonable import jsonable
+from ignite_tf.validation.fingerprints import Fingerprints
 from ignite_tf.validation.report import write_results
 from ignite_tf.validation.results import (
     RECOMBINED,
@@ -122,7 +123,8 @@ def validate_shard(conn, cache: str, tasks, suite: Suite | dict | str | Path, sh
     started = time.perf_counter()
     specs = suite.specs()
     wanted = None if any(s.whole_table for s in specs) else sorted({c for s in specs for c in s.columns})
-    kwargs = dict(batch_size=batch_size, page_size=page_size, **reader_kwargs)
+    # Fingerprinted while read: the training checks that it reads these same rows (validation.fingerprints).
+    kwargs = dict(batch_size=batch_size, page_size=page_size, fingerprint=True, **reader_kwargs)
     try:
         reader = PartitionReader(conn, cache, columns=wanted, **kwargs)
     except ConfigError:  # a column the suite names is missing: read them all, GX reports which one
@@ -130,9 +132,11 @@ def validate_shard(conn, cache: str, tasks, suite: Suite | dict | str | Path, sh
     with reader:
         frame = to_frame(reader.read_all(tasks))
         key = reader.key_column
+        fingerprints = Fingerprints.of_reader(reader)
     read_seconds = time.perf_counter() - started
     result = validate_frame(frame, suite, shard, key_column=key)
     result.read_seconds = round(read_seconds, 4)
+    result.fingerprints = fingerprints.to_dict()
     return result
 
 
