@@ -54,6 +54,7 @@ from k8s_harness import (  # noqa: E402
 )
 
 set_bench_env()
+INPUT_RESOURCES = {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}
 RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
 RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_running", "process_started",
                   "entry_started", "code_fetched", "runtime_started", "tf_imported", "strategy_ready", "all_up",
@@ -102,7 +103,8 @@ def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int, repeat: 
     spent = warm_nodes(conn, warmup, [])
     job_dir = job_dir_with(tmp, "job-input", "k8s_input_task.py", "startup_input.py")
     cluster_id = f"deployed-input-{os.getpid()}"
-    launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
+    # The task holds the rows of its in-memory path too, which no estimate of a script's memory can know.
+    launcher = make_launcher(conn, kind="kubernetes", kubernetes={**settings, "resources": INPUT_RESOURCES})
     with CgroupCpu(core_v1(), {"tf": (settings["namespace"], f"{LABEL_CLUSTER}={cluster_id}"),
                                "ignite": (IGNITE_NAMESPACE, IGNITE_SELECTOR)}) as watch:
         start_cluster(STEPS_CACHE, {"command": ["python", "k8s_input_task.py", str(steps), str(repeat)],
