@@ -153,7 +153,6 @@ class PodBackend(Backend):
         except api_exception() as exc:
             if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
                 raise
-        self.start_files = self._create_start_files(meta)
         plan = self._plan()
         est = estimate(self.spec.job, plan, self.settings.model_params)
         self.memory_estimate = est.quantity()
@@ -177,6 +176,12 @@ class PodBackend(Backend):
             self.wanted, self.ignite_nodes = placement.wanted_nodes(plan, hosts), hosts
             self.event(f"placement {self.settings.placement.value}: Ignite nodes on Kubernetes nodes "
                        + (", ".join(f"{k} -> {v}" for k, v in sorted(hosts.items())) or "(none found)"))
+            if hosts and plan.placement is None:
+                # The workers measure locality against this map as soon as they read; their plan is the one in
+                # the start files, made next, before the achieved placement is recorded (``_record_placement``).
+                plan.placement = {"ignite_nodes": dict(sorted(hosts.items()))}
+                plan.save(self.spec.shard_plan_path)
+        self.start_files = self._create_start_files(meta)
 
     def _create_owner(self) -> None:
         ApiException = api_exception()
