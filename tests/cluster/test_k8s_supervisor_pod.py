@@ -115,6 +115,8 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
         lines = re.findall(rf"^epoch {k}/{epochs} .*$", chief, flags=re.M)
         assert len(lines) == 1, (k, lines, chief[-3000:])
     assert "re-adopting pods" in chief and "supervisor replaced" in chief, chief[-3000:]
+    # The first pods were the launcher's (its head start), made before it was killed, and kept to the end.
+    assert chief.count("made by the launcher (head start): taken") == 2, chief[:3000]
     supervisor_log = run.read_text(LAYOUT.supervisor_log) or ""
     assert f"cluster {cid} succeeded" in supervisor_log, supervisor_log[-2000:]
 
