@@ -15,7 +15,8 @@ of the chief's first batch; 1 epoch of 5 steps) through each launcher:
   total_s        the cluster ended and everything of it was gone (processes; pods, Service, Secret, owner).
 
 All count from the ``start_cluster`` call; ``kubernetes_vs_local`` is the ratio of the first steps (goal
-<= 1.3). The Kubernetes tasks run in the task image on the real node in the deployed shape (pod network,
+<= 1.3). The Kubernetes launcher runs twice: first as before its head start (``as_before``: its client through
+Airflow's hook, the supervisor's pod making the first task pods), then as it is. The Kubernetes tasks run in the task image on the real node in the deployed shape (pod network,
 cluster DNS, ``IGNITE_TF_RUN_ROOT``; give ``--ignite`` the Ignite pods of ``make k8s-up``'s
 ``IGNITE_TF_ADDRESSES``), or with ``--host-network`` in the one-machine shape (host network, the run folder
 as a hostPath: for Ignite nodes on 127.0.0.1), in ``--namespace`` (default ``default``); see
