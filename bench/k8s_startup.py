@@ -15,7 +15,8 @@ of the chief's first batch; 1 epoch of 5 steps) through each launcher:
   total_s        the cluster ended and everything of it was gone (processes; pods, Service, Secret, owner).
 
 All count from the ``start_cluster`` call; ``kubernetes_vs_local`` is the ratio of the first steps (goal
-<= 1.3). The Kubernetes tasks run in the task image on the real node in the deployed shape (pod network,
+<= 1.3). The Kubernetes launcher runs twice: first as before its head start (``as_before``: its client through
+Airflow's hook, the supervisor's pod making the first task pods), then as it is. The Kubernetes tasks run in the task image on the real node in the deployed shape (pod network,
 cluster DNS, ``IGNITE_TF_RUN_ROOT``; give ``--ignite`` the Ignite pods of ``make k8s-up``'s
 ``IGNITE_TF_ADDRESSES``), or with ``--host-network`` in the one-machine shape (host network, the run folder
 as a hostPath: for Ignite nodes on 127.0.0.1), in ``--namespace`` (default ``default``); see
@@ -33,6 +34,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness import add_common_arguments, ignite, report, set_bench_env
@@ -78,15 +81,39 @@ def first_step_at(launcher, cluster_id: str, mark: Path) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None) -> dict:
+BEFORE = "kubernetes, before"
+
+
+@contextmanager
+def as_before() -> Iterator[None]:
+    """The Kubernetes launcher as it was before 2026-11-26 21:00 UTC: its client through Airflow's
+    ``KubernetesHook`` (Airflow imported by the launching process, once per process: run this first) and no
+    head start (the supervisor's pod makes the first task pods)."""
+    from ignite_tf.cluster.k8s import launcher, supervisor
+
+    start, core_v1 = supervisor.start, launcher.client.core_v1
+    supervisor.start = lambda *args, **_kwargs: start(*args[:6])  # no ``head_start``
+    launcher.client.core_v1 = lambda conn_id: launcher.kube_hook(conn_id).core_v1_client
+    try:
+        yield
+    finally:
+        supervisor.start, launcher.client.core_v1 = start, core_v1
+
+
+def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | None = None,
+        before: bool = False) -> dict:
+    """One launch; ``before``: the Kubernetes launcher as before (``as_before``)."""
+    if before:
+        with as_before():
+            result = one(conn, kind, tmp, kubernetes, run_root)
+        return {**result, "launcher": BEFORE}
     from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
 
-    job_dir = tmp / f"job-{kind}"
-    job_dir.mkdir()
+    job_dir = Path(tempfile.mkdtemp(prefix=f"job-{kind}-", dir=tmp))
     shutil.copy(BENCH_DIR / "startup_model.py", job_dir)
-    cluster_id = f"k8s-bench-{kind[:5]}-{os.getpid()}"
+    cluster_id = f"k8s-bench-{kind[:5]}-{os.getpid()}-{job_dir.name[-4:].lower().replace('_', 'x')}"
     root = run_root or str(tmp / "runs")
     # Only a run folder on this host gets the mark file; pods with an object-store run root print the line alone.
     mark = tmp / "runs" / cluster_id / "first_step"
@@ -116,7 +143,8 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
     up = re.search(r"all \d+ tasks up after ([0-9.]+)s", output)
     moments = {name: round(at - t0_wall, 2) for name, at in timeline.marks(output).items() if name in MOMENTS}
     moments.update(launched=round(launched, 2), first_step=round(first, 2))
-    return {"launcher": kind, "launched_s": round(launched, 2), "tasks_up_s": float(up.group(1)) if up else None,
+    return {"launcher": kind, "head_start_pods": output.count("made by the launcher (head start)"),
+            "launched_s": round(launched, 2), "tasks_up_s": float(up.group(1)) if up else None,
             "first_step_s": round(first, 2), "total_s": round(time.perf_counter() - t0, 2), "moments": moments}
 
 
@@ -136,16 +164,19 @@ def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None, 
             results.append(one(conn, "local", tmp, None))
             say(f"  {results[-1]}")
             with kubernetes(kubeconfig, say):
-                say("kubernetes launcher ...")
-                results.append(one(conn, "kubernetes", tmp, pod_settings(namespace, host_network),
-                                   run_root=None if host_network else run_root(tmp, "kubernetes")))
-                say(f"  {results[-1]}")
+                for before in (True, False):
+                    say(f"kubernetes launcher{', before' if before else ''} ...")
+                    results.append(one(conn, "kubernetes", tmp, pod_settings(namespace, host_network),
+                                       run_root=None if host_network else run_root(tmp, "kubernetes"),
+                                       before=before))
+                    say(f"  {results[-1]}")
     return results
 
 
-def ratio(results: list[dict]) -> float | None:
+def ratio(results: list[dict], kind: str = "kubernetes") -> float | None:
+    """First step of ``kind``'s run / the local one's."""
     by = {r["launcher"]: r["first_step_s"] for r in results}
-    return by["kubernetes"] / by["local"] if {"local", "kubernetes"} <= by.keys() and by["local"] else None
+    return by[kind] / by["local"] if {"local", kind} <= by.keys() and by["local"] else None
 
 
 def table(results: list[dict]) -> str:

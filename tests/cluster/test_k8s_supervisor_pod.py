@@ -115,6 +115,8 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
         lines = re.findall(rf"^epoch {k}/{epochs} .*$", chief, flags=re.M)
         assert len(lines) == 1, (k, lines, chief[-3000:])
     assert "re-adopting pods" in chief and "supervisor replaced" in chief, chief[-3000:]
+    # The first pods were the launcher's (its head start), made before it was killed, and kept to the end.
+    assert chief.count("made by the launcher (head start): taken") == 2, chief[:3000]
     supervisor_log = run.read_text(LAYOUT.supervisor_log) or ""
     assert f"cluster {cid} succeeded" in supervisor_log, supervisor_log[-2000:]
 
@@ -128,8 +130,9 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
 
 def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, tmp_path):
     """Two clusters whose one task never becomes ready (a sleeping command: no TensorFlow), supervised by a pod.
-    The first has `max_runtime: 25`: its pod carries that bound as activeDeadlineSeconds, and the supervisor
-    stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
+    The first has `max_runtime: 25`: its pod, made by the launcher beside the supervisor's Deployment (the head
+    start: it is there when the launch returns) and taken by the supervisor as its task's (no second pod),
+    carries that bound as activeDeadlineSeconds, and the supervisor stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
     (the state store's request: no signal reaches the supervisor's pod). Both end STOPPED and leave nothing."""
     from ignite_tf_dev import demo_data
 
@@ -154,9 +157,10 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
 
     bounded, stopped = f"k8s-maxrt-{uuid.uuid4().hex[:6]}", f"k8s-stop-{uuid.uuid4().hex[:6]}"
     launcher = launch(bounded, max_runtime=25)
-    launch(stopped)
-    pod = wait_for(lambda: cluster_pods(core, ns, bounded).get("worker-0"), 120, "the bounded cluster's pod")
+    pod = cluster_pods(core, ns, bounded).get("worker-0")  # made by the launcher, before its supervisor runs
+    assert pod is not None and pod.metadata.name == f"{bounded}-worker-0-0", pod
     assert 25 < pod.spec.active_deadline_seconds <= 25 + 2 + 60, pod.spec.active_deadline_seconds
+    launch(stopped)
     wait_for(lambda: cluster_pods(core, ns, stopped).get("worker-0"), 120, "the second cluster's pod")
 
     stop = _cli(["stop", stopped], env=env, cwd=home)
@@ -173,6 +177,8 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
     assert state.status is Status.STOPPED and 25 <= state.age_s < 120, (state.status, state.age_s)
     chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
     assert "kubernetes.max_runtime (25s) reached" in chief, chief[-2000:]
+    assert f"pod {pod.metadata.name} made by the launcher (head start): taken" in chief, chief[-2000:]
+    assert state.restarts == 0 and not state.failures, state.failures
     assert launcher.status(stopped).status is Status.STOPPED
     for cid in (bounded, stopped):
         assert_nothing_left(cid, k8s=(core, ns), timeout=120)

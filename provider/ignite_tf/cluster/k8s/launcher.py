@@ -4,10 +4,11 @@ Its supervisor — the supervision loop with the pod backend (``ignite_tf.cluste
 of its own in the cluster's namespace (``ignite_tf.cluster.k8s.supervisor``; ``kubernetes.supervisor:
 process``: a detached process on this host, as the local launcher's) and keeps the cluster's state in the same
 store, so ``ps``, ``attach``, ``stop``, the operator and the trigger work unchanged; ``launch`` returns once the
-supervisor recorded the state, and this process may end at any time after. It talks to Kubernetes only through
-Airflow's ``KubernetesHook`` (connection ``kubernetes_default``: a kubeconfig or in-cluster); the supervisor
-gets that connection, resolved here, through its environment, and reads it without importing Airflow
-(``ignite_tf.cluster.k8s.client``).
+supervisor recorded the state, and this process may end at any time after. It talks to Kubernetes through
+Airflow's connection (``kubernetes_default``: a kubeconfig or in-cluster), read from its ``AIRFLOW_CONN_*``
+variable without importing Airflow where it can be (``ignite_tf.cluster.k8s.client``), else through
+``KubernetesHook``; the supervisor gets that connection, resolved here, through its environment. For a fresh
+cluster it also makes the first attempt's task pods, which the supervisor takes (``supervisor.start``).
 
 With an object-store run root (``s3://...``, ``ignite_tf.runstore``) the pods need no volume: the run lives in
 the store, where every reader finds it after the pods are gone, and the job folder and the user's modules
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from ignite_tf.cluster.environment import pass_through
-from ignite_tf.cluster.k8s import objects, pods, supervisor
+from ignite_tf.cluster.k8s import client, objects, pods, supervisor
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
@@ -151,10 +152,17 @@ class KubernetesLauncher(SupervisedLauncher):
         self.prepare(spec)
         self.save_spec(spec)
         k8s = json.loads(spec.folder.kubernetes.read_text())
-        hook = kube_hook(self.settings.conn_id)
-        api = hook.api_client
-        uid = supervisor.start(api, spec, self.settings, k8s["namespace"], k8s["image"], self.secret_env(spec))
-        return supervisor.wait_recorded(self.store, hook.core_v1_client, spec, k8s["namespace"], uid,
+        # As the supervisor pod: from the connection's variable without importing Airflow where it can (Airflow's
+        # import was most of the launcher's own start-up: 4 s quiet, 20 s on a busy machine), else the hook.
+        core = client.core_v1(self.settings.conn_id)
+        # A fresh cluster's first pods start beside the supervisor's; a resumed one's attempt is the supervisor's.
+        head_start = None if existing is not None else {
+            "store_env": store_to_env(self.store),
+            "run_store": self.run_store(spec.run_store) if spec.run_store else None,
+            "conn": self.conn if self.conn is not None else getattr(self.store, "conn", None)}
+        uid = supervisor.start(core.api_client, spec, self.settings, k8s["namespace"], k8s["image"],
+                               self.secret_env(spec), head_start)
+        return supervisor.wait_recorded(self.store, core, spec, k8s["namespace"], uid,
                                         self.state_timeout_s if timeout is None else timeout)
 
     def secret_env(self, spec: ClusterSpec) -> dict[str, str]:

@@ -77,12 +77,14 @@ def api_exception():
 
 class PodBackend(Backend):
     """Tasks as pods in ``namespace``, from ``image``, with ``settings``; ``core``: a CoreV1Api (default
-    the connection ``settings.conn_id``, see ``ignite_tf.cluster.k8s.client``)."""
+    the connection ``settings.conn_id``, see ``ignite_tf.cluster.k8s.client``); ``store_env`` (the state
+    store's variables for the pods), ``run_store`` and ``ignite_conn`` default to this process's own."""
 
     poll_s = LIST_EVERY_S
 
     def __init__(self, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str, core=None,
-                 owner: dict[str, str] | None = None, ignite_hosts: dict[str, str] | None = None):
+                 owner: dict[str, str] | None = None, ignite_hosts: dict[str, str] | None = None,
+                 store_env: dict[str, str] | None = None, run_store: RunStore | None = None, ignite_conn=None):
         super().__init__(spec)
         # Ignite node -> Kubernetes node as the launcher found them (a pod supervisor may not list nodes).
         self.ignite_hosts = ignite_hosts
@@ -114,8 +116,13 @@ class PodBackend(Backend):
         self.placement_done = settings.placement is Placement.NONE and not settings.ignite_selector
         self._owner_checked = 0.0
         self.cleaned = False
+        # The state store's variables every pod gets; None: this process's own (a supervisor's, from the Secret).
+        self.store_env = store_env
+        self.ignite_conn = ignite_conn  # for the memory estimate's row width; None: this process's IGNITE_TF_*
         if core is not None:
             self.__dict__["core"] = core
+        if run_store is not None:  # the launcher's, for its head start (``make_first_attempt``)
+            self.__dict__["run_store"] = run_store
 
     @cached_property
     def core(self):
@@ -154,7 +161,7 @@ class PodBackend(Backend):
             if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
                 raise
         plan = self._plan()
-        est = estimate(self.spec.job, plan, self.settings.model_params)
+        est = estimate(self.spec.job, plan, self.settings.model_params, conn=self.ignite_conn)
         self.memory_estimate = est.quantity()
         given = objects.resources(self.settings, est.quantity())
         self.memory = given["limits"]["memory"]
@@ -182,6 +189,17 @@ class PodBackend(Backend):
                 plan.placement = {"ignite_nodes": dict(sorted(hosts.items()))}
                 plan.save(self.spec.shard_plan_path)
         self.start_files = self._create_start_files(meta)
+
+    def make_first_attempt(self) -> list[str]:
+        """The launcher's head start for a fresh cluster with a pod supervisor: the Service, the start files and
+        the first attempt's pods, made beside the supervisor's Deployment instead of once its pod runs (its
+        scheduling, Python and imports: seconds on every start). The supervisor takes these pods as its own
+        when it starts its tasks (``start``: a pod of this root and attempt already there) and makes whatever is
+        missing, so the launcher may die at any moment of this. Returns the pods made."""
+        self._create_objects()
+        for task in self.spec.tasks:
+            self.start(task, 0)
+        return [self.current[t.name] for t in self.spec.tasks]
 
     def _create_owner(self) -> None:
         ApiException = api_exception()
@@ -373,7 +391,8 @@ class PodBackend(Backend):
         spec = self.pod_spec
         env = spec.task_env(task, attempt)
         # The runtime reports epochs to the same state store (its connection comes from the Secret).
-        env.update({k: os.environ[k] for k in STORE_ENV if k in os.environ})
+        env.update(self.store_env if self.store_env is not None
+                   else {k: os.environ[k] for k in STORE_ENV if k in os.environ})
         if spec.job.get("job_dir"):
             env[ENV_JOB_DIR] = spec.job["job_dir"]
         if spec.run_store:
@@ -394,9 +413,24 @@ class PodBackend(Backend):
                                                                 + DEADLINE_MARGIN_S))
         if self.start_files:
             startfiles.mount(body, self.spec.cluster_id)
-        self.core.create_namespaced_pod(self.namespace, body)
+        try:
+            self.core.create_namespaced_pod(self.namespace, body)
+        except api_exception() as exc:
+            if exc.status != 409 or not self._made_by_launcher(body["metadata"]["name"], attempt):
+                raise
+            self.event(f"pod {body['metadata']['name']} made by the launcher (head start): taken as this task's")
         self.current[task.name] = body["metadata"]["name"]
         return 0
+
+    def _made_by_launcher(self, name: str, attempt: int) -> bool:
+        """Whether the pod ``name`` already there is this root's, of cluster attempt ``attempt``, not being deleted:
+        one the launcher made (``make_first_attempt``) for this supervisor to take."""
+        if not self.in_pod:
+            return False
+        pod = self.core.read_namespaced_pod(name, self.namespace)
+        owners = {ref.uid for ref in pod.metadata.owner_references or []}
+        return (self.owner["uid"] in owners and not pod.metadata.deletion_timestamp
+                and (pod.metadata.annotations or {}).get(objects.ANNOTATION_CLUSTER_ATTEMPT) == str(attempt))
 
     def _backup_in_store(self, attempt: int) -> bool:
         """Whether the run store holds a backup as a (re)start creates its pods: asked once per start of the
@@ -499,8 +533,10 @@ class PodBackend(Backend):
         return f"{pod.status.phase}, not listening on port {task.port} yet"
 
     def _runtime_left(self) -> float | None:
-        if not self.settings.max_runtime or self.host is None:
+        if not self.settings.max_runtime:
             return None
+        if self.host is None:  # the launcher's head start: the cluster starts now
+            return self.settings.max_runtime
         return self.settings.max_runtime - (time.time() - self.host.state.started_at)
 
     def lost(self) -> str | None:

@@ -181,17 +181,22 @@ def ignite_hosts(core, spec: ClusterSpec, settings: KubernetesSettings, namespac
 
 
 def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
-          secret_env: dict[str, str]) -> str:
+          secret_env: dict[str, str], head_start: dict[str, Any] | None = None) -> str:
     """Create the root, the Secret and the supervisor's Deployment (replacing a root left under this id);
-    returns the root's uid, which the supervisor records in the state (``launcher.owner_uid``)."""
+    returns the root's uid, which the supervisor records in the state (``launcher.owner_uid``).
+
+    ``head_start`` (a fresh cluster: ``store_env``, the state store's variables, ``run_store``, the
+    launcher's ``RunStore`` or None, and ``conn``, the Ignite connection the Secret gives the pods): the first attempt's pods are made here too, right after the Deployment
+    (``PodBackend.make_first_attempt``), so that they schedule and import TensorFlow while the supervisor's own
+    pod starts; it takes them as its own. Should that fail, the supervisor makes them as without a head start."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api_client)
     ensure_rbac(api_client, namespace)
+    hosts = ignite_hosts(core, spec, settings, namespace)
     body = objects.owner_manifest(spec, settings, {"settings": settings.to_dict(), "namespace": namespace,
-                                                   "image": image,
-                                                   "ignite_nodes": ignite_hosts(core, spec, settings, namespace)})
+                                                   "image": image, "ignite_nodes": hosts})
     for _ in range(2):
         try:
             made = core.create_namespaced_config_map(namespace, body)
@@ -208,7 +213,26 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     core.create_namespaced_secret(namespace, objects.secret_manifest(spec, settings, secret_env, owner))
     client.AppsV1Api(api_client).create_namespaced_deployment(
         namespace, deployment_manifest(spec, settings, image, owner))
+    if head_start is not None:
+        make_first_pods(core, spec, settings, namespace, image, owner["metadata"], hosts, **head_start)
     return made.metadata.uid
+
+
+def make_first_pods(core, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
+                    owner: dict[str, str], hosts: dict[str, str] | None, store_env: dict[str, str],
+                    run_store=None, conn=None) -> list[str]:
+    """The launcher's head start (see ``start``): the pods made, none when it failed (the supervisor makes them,
+    and says why in the cluster's log if it fails the same way)."""
+    from ignite_tf.cluster.k8s.pods import PodBackend
+
+    backend = PodBackend(spec, settings, namespace, image, core=core, owner=owner, ignite_hosts=hosts,
+                         store_env=store_env, run_store=run_store, ignite_conn=conn)
+    try:
+        return backend.make_first_attempt()
+    except Exception as exc:  # noqa: BLE001 - only a head start: the supervisor makes what is missing
+        print(f"[ignite-tf] cluster {spec.cluster_id}: the launcher could not make the first pods "
+              f"({str(exc)[:200]}); its supervisor makes them", file=sys.stderr)
+        return []
 
 
 def wait_recorded(store: StateStore, core, spec: ClusterSpec, namespace: str, owner_uid: str,
