@@ -5,7 +5,8 @@ TensorFlow's import (about 5 of the 15.5 s from a deleted pod to the next epoch)
 ``standby`` the pod supervisor keeps, once the cluster is up, one more pod per task: ``python -m
 ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual first process
 (``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork server
-imports (``ignite_tf.cluster.forkserver.PRELOAD``) and then waits. At the next whole-cluster restart the
+imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and the
+label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster restart the
 supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``: the
 generation, and per task the environment variables that differ from the ones the pod was made with, such as
 the attempt number); each standby pod of that generation reads it from the state store, takes those
@@ -37,7 +38,7 @@ from typing import Any
 
 from ignite_tf import timeline
 from ignite_tf.cluster import forkserver
-from ignite_tf.contract import ENV_CLUSTER_ID, exit_now
+from ignite_tf.contract import ENV_CLUSTER_ID, ENV_RUN_STORE, exit_now
 
 MODULE = "ignite_tf.cluster.k8s.standby"
 GO_KEY = "standby_go"
@@ -80,6 +81,34 @@ def preload() -> None:
         loaded = importlib.import_module(module)
         if call:
             getattr(loaded, call)()
+
+
+def warm(argv: list[str]) -> None:
+    """What the task does first that does not depend on its attempt, done while waiting: the fork server's hook
+    for its module (the runtime's ``preload``: the columns and the label's classes from Ignite) and the run
+    store's client modules (s3fs and its botocore: a second or more of the backup's first read). A failure is
+    only reported: the task meets it again and reports it itself."""
+    hook = forkserver.HOOKS.get(argv[2])
+    for what, step in ((hook, lambda: _call(hook, argv[3:])),
+                       ("the run store's client", lambda: _store_client(os.environ.get(ENV_RUN_STORE, "")))):
+        if what is None:
+            continue
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - see above
+            print(f"standby: {what} failed ({type(exc).__name__}: {exc}); the task does it itself", flush=True)
+
+
+def _call(target: str, args: list[str]) -> None:
+    module, _, name = target.partition(":")
+    getattr(importlib.import_module(module), name)(args)
+
+
+def _store_client(url: str) -> None:
+    from ignite_tf.runstore import RunStore, is_remote
+
+    if is_remote(url):
+        RunStore(url).fs  # noqa: B018 - imports the store's fsspec implementation
 
 
 def wait_for_go(generation: int, task: str, cluster_id: str, store=None) -> dict[str, Any] | None:
@@ -131,6 +160,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"usage: python -m {MODULE} -- python -m MODULE [ARGS...]")
     timeline.carry("standby_started")
     preload()
+    warm(argv[1:])
     print("[ignite-tf] standby: TensorFlow imported, waiting for an attempt", flush=True)
     go = wait_for_go(int(os.environ[ENV_GENERATION]), os.environ[ENV_TASK], os.environ[ENV_CLUSTER_ID])
     if go is None:
