@@ -237,9 +237,10 @@ def _cores(groups: dict) -> str:
 
 
 def table(r: dict) -> str:
-    rows = [f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", "",
-            "| measurement | value | goal |", "|---|---|---|"]
+    rows = [f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", ""]
     s, i, res, loc = (r.get(part) for part in PARTS)
+    if s or i or loc:
+        rows += ["| measurement | value | goal |", "|---|---|---|"]
     if s:
         by = {x["launcher"]: x for x in s["runs"]}
         rows += [
