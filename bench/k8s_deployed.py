@@ -16,7 +16,8 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              untimed reads. Beside each path: the CPU cores the task's pod and the Ignite pods used and their
              CFS-throttled periods, from their cgroups on the node;
   resume     a 2-worker sync cluster of ``--epochs`` (20) epochs, batch 256: worker-1's pod deleted after the
-             first epoch record; reported: the median epoch time, seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the
+             first epoch record, once for each ``--standby`` value (default ``off,on``: ``kubernetes.standby``,
+             the restart handed to warm pods, beside the restart with new pods); reported: the median epoch time, seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the
              deletion (``next_epoch_s``; issue 24's goal <= 8 s), the epoch it resumed at, the restarts, and
              the epochs recorded (``epochs_run``, which should equal the epochs asked for);
   locality   a 2-worker cluster with ``placement: required`` (the launcher's own plan): the share of rows read
@@ -57,7 +58,7 @@ set_bench_env()
 INPUT_RESOURCES = {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}
 RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
 RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_running", "process_started",
-                  "entry_started", "code_fetched", "runtime_started", "tf_imported", "strategy_ready", "all_up",
+                  "entry_started", "code_fetched", "standby_go", "runtime_started", "tf_imported", "strategy_ready", "all_up",
                   "fit_start")
 PARTS = ("startup", "input", "resume", "locality")
 GOALS = {"kubernetes_vs_local": 1.3, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
@@ -131,7 +132,7 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     from ignite_tf.cluster.k8s.objects import LABEL_CLUSTER, LABEL_TASK
 
     core = core_v1()
-    cluster_id = f"deployed-resume-{os.getpid()}"
+    cluster_id = f"deployed-resume-{'s-' if settings.get('standby') else ''}{os.getpid()}"
     launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
            "args": ["--epochs", str(epochs), "--batch-size", str(RESUME_BATCH), "--label-column", "label"]}
@@ -174,6 +175,7 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
             "epoch_s": epoch_s,
             "next_epoch_s": next_s, "resumed_at_epoch": resumed_at,
             "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs), "moments": moments,
+            "load": os.getloadavg()[0],
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
 
 
@@ -215,7 +217,8 @@ def run(args, say) -> dict:
             parts = {"startup": lambda: startup(conn, tmp, settings, args.host_network),
                      "input": lambda: input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
                                                             args.input_warmup),
-                     "resume": lambda: resume(conn, tmp, settings, args.epochs, cache),
+                     "resume": lambda: {f"standby {mode}": resume(conn, tmp, {**settings, "standby": mode == "on"},
+                                                                  args.epochs, cache) for mode in args.standby},
                      "locality": lambda: locality(conn, tmp, settings, cache)}
             for part in args.parts:
                 say(f"{part} ...")
@@ -236,9 +239,10 @@ def _cores(groups: dict) -> str:
 
 
 def table(r: dict) -> str:
-    rows = [f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", "",
-            "| measurement | value | goal |", "|---|---|---|"]
+    rows = [f"Kubernetes, {r['shape']} shape: {r['rows']:,} rows, 2 sync workers unless said", ""]
     s, i, res, loc = (r.get(part) for part in PARTS)
+    if s or i or loc:
+        rows += ["| measurement | value | goal |", "|---|---|---|"]
     if s:
         import k8s_startup
 
@@ -260,13 +264,23 @@ def table(r: dict) -> str:
             f"| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | {_cores(i['pod_cpu']['ignite'])} | |",
             f"| CPU cores, memory path: TF pod / Ignite pods | {_cores(i['pod_cpu']['memory'])} | |"]
     if res:
+        res = res if "epochs_asked" not in res else {"standby off": res}  # a result of before --standby
+        modes = list(res)
+        rows += ["", "Worker pod deleted (each column its own cluster, one after the other):", "",
+                 "| measurement | " + " | ".join(modes) + " | goal |", "|---|" + "---|" * len(modes) + "---|"]
+
+        def row(label: str, cell, goal: str = "") -> str:
+            return f"| {label} | " + " | ".join(cell(res[m]) for m in modes) + f" | {goal} |"
+
         rows += [
-            f"| worker pod deleted -> pod gone (s) | {_f(res['pod_gone_s'], '.1f')} | |",
-            f"| epoch time, median (s) | {_f(res['epoch_s'], '.1f')} | |",
-            f"| worker pod deleted -> next epoch (s) | {_f(res['next_epoch_s'], '.1f')} | <= {GOALS['next_epoch_s']} |",
-            f"| deleted after epoch / resumed at epoch | {res['deleted_after_epoch']} / {res['resumed_at_epoch']} | |",
-            f"| epochs asked / epochs run (restarts) | {res['epochs_asked']} / {res['epochs_run']} ({res['restarts']}) "
-            f"| equal |"]
+            row("worker pod deleted -> pod gone (s)", lambda x: _f(x["pod_gone_s"], ".1f")),
+            row("epoch time, median (s)", lambda x: _f(x["epoch_s"], ".1f")),
+            row("worker pod deleted -> next epoch (s)", lambda x: _f(x["next_epoch_s"], ".1f"),
+                f"<= {GOALS['next_epoch_s']}"),
+            row("deleted after epoch / resumed at epoch", lambda x: f"{x['deleted_after_epoch']} / {x['resumed_at_epoch']}"),
+            row("epochs asked / epochs run (restarts)",
+                lambda x: f"{x['epochs_asked']} / {x['epochs_run']} ({x['restarts']})", "equal"),
+            row("load average (1 min) after", lambda x: _f(x.get("load"), ".1f"))]
     if loc:
         rows += [
             f"| rows read locally, planned (placement: required) | {_f(loc['planned_locality'], '.1%')} | |",
@@ -274,10 +288,13 @@ def table(r: dict) -> str:
             f"{GOALS['measured_locality']:.0%} |"]
     if s:
         rows += ["", "Start-up, where the time goes:", "", k8s_startup.moments_table(s["runs"])]
-    if res and res.get("moments"):
+    if res:
+        names = sorted({n for x in res.values() for n in x.get("moments", {})},
+                       key=lambda n: min(x.get("moments", {}).get(n, 1e9) for x in res.values()))
         rows += ["", "Worker pod deleted, where the time goes (s from the deletion, the new attempt's moments):", "",
-                 "| moment | s |", "|---|---|"]
-        rows += [f"| {name} | {at:.2f} |" for name, at in sorted(res["moments"].items(), key=lambda kv: kv[1])]
+                 "| moment | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]
+        rows += [f"| {n} | " + " | ".join(_f(x.get("moments", {}).get(n)) for x in res.values()) + " |"
+                 for n in names]
     return "\n".join(rows)
 
 
@@ -295,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="untimed reads of that table first, so the Ignite pods run their scan code compiled")
     parser.add_argument("--parts", type=lambda text: [p for p in text.split(",") if p], default=list(PARTS),
                         help=f"which measurements, comma-separated (default all: {','.join(PARTS)})")
+    parser.add_argument("--standby", type=lambda text: [m for m in text.split(",") if m], default=["off", "on"],
+                        help="the resume part once for each of these kubernetes.standby values (off, on)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 3, 5, 1, 2_000, 1

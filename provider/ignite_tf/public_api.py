@@ -146,7 +146,7 @@ YAML_KEYS: tuple[str, ...] = (
     "training.kubernetes.volumes", "training.kubernetes.labels", "training.kubernetes.placement",
     "training.kubernetes.ignite_selector", "training.kubernetes.ignite_namespace", "training.kubernetes.run_volume",
     "training.kubernetes.host_network", "training.kubernetes.dns", "training.kubernetes.model_params",
-    "training.kubernetes.supervisor", "training.kubernetes.max_runtime",
+    "training.kubernetes.supervisor", "training.kubernetes.max_runtime", "training.kubernetes.standby",
     "publish", "publish.model", "publish.registry_root", "publish.thresholds", "publish.tolerance",
     "inference", "inference.input_cache", "inference.output_cache", "inference.shards",
 )

@@ -180,6 +180,49 @@ def test_deleted_pod_is_restarted(kube, ignite_conn, data_cache, tmp_path):
     assert_nothing_left(cid, k8s=(core, ns))
 
 
+def test_a_restart_is_handed_to_the_warm_standby_pods(kube, ignite_conn, data_cache, tmp_path):
+    """``kubernetes.standby``. Real: the supervisor makes one warm pod per task once the attempt's pods are up
+    (their own DNS names, a TF_CONFIG naming each other), a user deletes worker-1's pod, and the whole-cluster
+    restart takes the warm pods instead of making new ones: they become the attempt's pods (relabelled, the
+    cluster attempt annotated) and the go record in the cluster's state gives each its attempt. Simulated: the
+    pods' running and exit (what a warm pod does with its go record: tests/cluster/test_k8s_standby.py)."""
+    core, ns = kube
+    launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns, standby=True),
+                            command=("python", "-m", "ignite_tf.runtime", "--entry-point", "m:f", "--epochs", "1"))
+    cid = state.cluster_id
+
+    def pods():
+        return {p.metadata.name: p for p in core.list_namespaced_pod(
+            ns, label_selector=f"{objects.LABEL_CLUSTER}={cid}").items if not p.metadata.deletion_timestamp}
+
+    warm = [f"{cid}-worker-0-s1", f"{cid}-worker-1-s1"]
+    try:
+        wait_for(lambda: all(n in pods() and pods()[n].status.phase == "Running" for n in warm), 120,
+                 "the warm pods Running", poll=0.5)
+        made = pods()
+        assert made[warm[0]].spec.hostname == "worker-0-s1"
+        env = {e.name: e.value for e in made[warm[0]].spec.containers[0].env}
+        assert "worker-1-s1." in env["TF_CONFIG"] and env["IGNITE_TF_ATTEMPT"] == "1", env["TF_CONFIG"]
+        core.delete_namespaced_pod(f"{cid}-worker-1-0", ns, grace_period_seconds=0)
+        state = wait_for(lambda: (s := launcher.status(cid)).restarts and s.status is Status.RUNNING and s, 60,
+                         "the restart up")
+        now = pods()
+        assert set(now) >= set(warm) and f"{cid}-worker-0-1" not in now, sorted(now)
+        for name in warm:
+            labels = now[name].metadata.labels
+            assert "ignite-tf.io/standby" not in labels and labels[objects.LABEL_ATTEMPT] == "1", labels
+            assert now[name].metadata.annotations[objects.ANNOTATION_CLUSTER_ATTEMPT] == "1"
+        go = state.launcher["standby_go"]
+        assert go["generation"] == 1 and sorted(go["tasks"]) == ["worker-0", "worker-1"], go
+        assert go["tasks"]["worker-0"]["set"] == {}, go  # made for attempt 1: nothing to change
+        for name in warm:
+            end_pod(core, ns, now[name], 0)
+        assert wait_final(launcher, cid).status is Status.SUCCEEDED
+    finally:
+        launcher.stop(cid)
+    assert_nothing_left(cid, k8s=(core, ns))
+
+
 def test_unschedulable_pod_ends_in_the_startup_deadline(kube, ignite_conn, data_cache, tmp_path):
     """Real scheduler: a pod whose node selector matches no node stays Pending; the start-up deadline ends
     the cluster (exit 3) with the scheduler's reason in the message, and nothing is left."""

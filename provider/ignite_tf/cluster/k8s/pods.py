@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.commands import task_command, task_cwd
-from ignite_tf.cluster.k8s import client, objects, placement, startfiles
+from ignite_tf.cluster.k8s import client, objects, placement, standby, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
 from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend, SetupError
 from ignite_tf.cluster.supervision.loop import Supervisor
@@ -61,6 +61,7 @@ GONE_TIMEOUT_S = 60.0
 STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
+STANDBY_ASK_S = 2.0  # how often a restarted attempt's epochs are asked for before its next warm generation
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 
 
@@ -119,6 +120,14 @@ class PodBackend(Backend):
         # The state store's variables every pod gets; None: this process's own (a supervisor's, from the Secret).
         self.store_env = store_env
         self.ignite_conn = ignite_conn  # for the memory estimate's row width; None: this process's IGNITE_TF_*
+        # Warm standby pods (``standby``): task -> (pod name, the environment it was made with), their generation,
+        # when it was made, and whether each attempt was handed to them.
+        self.standby_pods: dict[str, tuple[str, dict[str, str]]] = {}
+        self.standby_generation = 0
+        self.standby_made = 0.0
+        self.standby_use: dict[int, bool] = {}
+        self.standby_up_since: float | None = None  # when every task's pod was first seen up (unix time)
+        self.standby_asked = 0.0
         if core is not None:
             self.__dict__["core"] = core
         if run_store is not None:  # the launcher's, for its head start (``make_first_attempt``)
@@ -327,6 +336,7 @@ class PodBackend(Backend):
             if task is self.spec.chief:
                 self._mark_chief(pod)
         self._record_placement()
+        self._keep_standby()
         if self.in_pod and self.host is not None:
             self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
 
@@ -386,33 +396,13 @@ class PodBackend(Backend):
         self.event(placement.describe(result))
 
     def start(self, task: ClusterTask, attempt: int) -> int:
+        if self._take_standby(task, attempt):
+            return 0
         n = self.attempts.get(task.name, -1) + 1
         self.attempts[task.name] = n
         spec = self.pod_spec
-        env = spec.task_env(task, attempt)
-        # The runtime reports epochs to the same state store (its connection comes from the Secret).
-        env.update(self.store_env if self.store_env is not None
-                   else {k: os.environ[k] for k in STORE_ENV if k in os.environ})
-        if spec.job.get("job_dir"):
-            env[ENV_JOB_DIR] = spec.job["job_dir"]
-        if spec.run_store:
-            env[ENV_RUN_STORE_PROGRESS] = "1"
-            if not self._backup_in_store(attempt):
-                env[ENV_RUN_STORE_NO_BACKUP] = "1"
-        node = None
-        if task.role is Role.WORKER and task.index < len(self.wanted):
-            node = self.wanted[task.index]
-        body = objects.pod_manifest(
-            spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
-            owner={"metadata": self.owner}, argv=self.command_for(spec, task),
-            cwd=task_cwd(spec, task), env=env, node=node, memory=self.memory)
+        body = self._pod_body(spec, task, n, self._pod_env(spec, task, attempt), self.command_for(spec, task))
         body["metadata"]["annotations"][objects.ANNOTATION_CLUSTER_ATTEMPT] = str(attempt)
-        left = self._runtime_left()
-        if left is not None:  # the pod ends by itself even if no supervisor is left to stop it
-            body["spec"]["activeDeadlineSeconds"] = max(1, int(left + self.spec.supervision.grace_period_s
-                                                                + DEADLINE_MARGIN_S))
-        if self.start_files:
-            startfiles.mount(body, self.spec.cluster_id)
         try:
             self.core.create_namespaced_pod(self.namespace, body)
         except api_exception() as exc:
@@ -421,6 +411,133 @@ class PodBackend(Backend):
             self.event(f"pod {body['metadata']['name']} made by the launcher (head start): taken as this task's")
         self.current[task.name] = body["metadata"]["name"]
         return 0
+
+    def _pod_env(self, spec: ClusterSpec, task: ClusterTask, attempt: int, ask_store: bool = True) -> dict[str, str]:
+        env = spec.task_env(task, attempt)
+        # The runtime reports epochs to the same state store (its connection comes from the Secret).
+        env.update(self.store_env if self.store_env is not None
+                   else {k: os.environ[k] for k in STORE_ENV if k in os.environ})
+        if spec.job.get("job_dir"):
+            env[ENV_JOB_DIR] = spec.job["job_dir"]
+        if spec.run_store:
+            env[ENV_RUN_STORE_PROGRESS] = "1"
+            if ask_store and not self._backup_in_store(attempt):
+                env[ENV_RUN_STORE_NO_BACKUP] = "1"
+        return env
+
+    def _pod_body(self, spec: ClusterSpec, task: ClusterTask, n: int, env: dict[str, str],
+                  argv: list[str]) -> dict[str, Any]:
+        node = None
+        if task.role is Role.WORKER and task.index < len(self.wanted):
+            node = self.wanted[task.index]
+        body = objects.pod_manifest(
+            spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
+            owner={"metadata": self.owner}, argv=argv, cwd=task_cwd(spec, task), env=env, node=node,
+            memory=self.memory)
+        left = self._runtime_left()
+        if left is not None:  # the pod ends by itself even if no supervisor is left to stop it
+            body["spec"]["activeDeadlineSeconds"] = max(1, int(left + self.spec.supervision.grace_period_s
+                                                                + DEADLINE_MARGIN_S))
+        if self.start_files:
+            startfiles.mount(body, self.spec.cluster_id)
+        return body
+
+    # -- warm standby pods (``ignite_tf.cluster.k8s.standby``) ----------------------------------------------
+    def _standby_wanted(self) -> bool:
+        s = self.settings
+        return (s.standby and self.spec.mode is Mode.SYNC and s.dns and not s.host_network
+                and all(standby.command(self.command_for(self.pod_spec, t)) for t in self.spec.tasks))
+
+    def _standby_spec(self, generation: int) -> ClusterSpec:
+        """The pod spec with every task addressed by its standby pod of ``generation``."""
+        service = objects.service_name(self.spec.cluster_id)
+        tasks = [dataclasses.replace(t, host=f"{standby.hostname(t.name, generation)}.{service}.{self.namespace}.svc")
+                 for t in self.pod_spec.tasks]
+        return dataclasses.replace(self.pod_spec, tasks=tasks)
+
+    def _keep_standby(self) -> None:
+        """One warm pod per task for the next attempt: the first generation once every task's pod is up, a
+        later one once the restarted attempt has also recorded an epoch (``_trained_since_up``). A generation
+        with a pod that ended or went is replaced whole (its pods address each other)."""
+        if not self._standby_wanted() or self.host is None or self.cleaned:
+            return
+        if self.standby_pods:
+            names = [n for n, _ in self.standby_pods.values()]
+            settled = time.monotonic() - self.standby_made > 5 * LIST_EVERY_S  # made, but maybe not listed yet
+            broken = [n for n in names if (n not in self.pods and settled) or (
+                n in self.pods and (_ended(self.pods[n]) or self.pods[n].metadata.deletion_timestamp))]
+            if broken:
+                self.event(f"standby pod {broken[0]} ended: replacing its generation")
+                self.standby_pods = {}
+                self._delete(names, 0)
+            return
+        if not all(_ready(self._pod(t)) for t in self.spec.tasks):
+            self.standby_up_since = None
+            return
+        if self.standby_generation and not self._trained_since_up():
+            return
+        self.standby_generation += 1
+        gen, spec = self.standby_generation, self._standby_spec(self.standby_generation)
+        made = {}
+        for task in spec.tasks:
+            env = self._pod_env(spec, task, self.host.state.attempt + 1, ask_store=False)
+            env.update({standby.ENV_GENERATION: str(gen), standby.ENV_TASK: task.name})
+            body = self._pod_body(spec, task, self.attempts.get(task.name, 0) + 1, env,
+                                  standby.command(self.command_for(spec, task)))
+            body["metadata"]["name"] = f"{self.spec.cluster_id}-{task.name}-s{gen}"
+            body["metadata"]["labels"][standby.LABEL] = str(gen)
+            body["spec"]["hostname"] = standby.hostname(task.name, gen)
+            self.core.create_namespaced_pod(self.namespace, body)
+            made[task.name] = (body["metadata"]["name"], env)
+        self.standby_pods, self.standby_made = made, time.monotonic()
+        self.event(f"standby: warm pods {', '.join(n for n, _ in made.values())} made for the next restart")
+
+    def _trained_since_up(self) -> bool:
+        """Whether a restarted attempt recorded an epoch since all its pods were up: the next generation's
+        TensorFlow imports wait for it, so that they do not take the CPU from its restore and first epoch."""
+        now = time.time()
+        if self.standby_up_since is None:
+            self.standby_up_since, self.standby_asked = now, now
+        if now - self.standby_asked < STANDBY_ASK_S:
+            return False
+        self.standby_asked = now
+        try:
+            return any(float(e.get("time", 0)) > self.standby_up_since for e in self.host.store.epochs(self.spec.cluster_id))
+        except Exception:  # noqa: BLE001 - a store hiccup: ask again later
+            return False
+
+    def _take_standby(self, task: ClusterTask, attempt: int) -> bool:
+        """Hand ``task``'s part of ``attempt`` to its warm pod, when every task has one (decided once per
+        attempt: the pods of one attempt address either all standbys or all new pods)."""
+        if attempt not in self.standby_use:
+            live = [self.pods.get(n) for n, _ in self.standby_pods.values()]
+            self.standby_use = {attempt: bool(self.standby_pods) and self.host is not None
+                                and set(self.standby_pods) == {t.name for t in self.spec.tasks}
+                                and all(p is not None and not _ended(p) and not p.metadata.deletion_timestamp
+                                        for p in live)}
+        if not self.standby_use[attempt] or task.name not in self.standby_pods:
+            return False
+        name, created = self.standby_pods.pop(task.name)
+        spec = self._standby_spec(self.standby_generation)
+        go = self.host.state.launcher.get(standby.GO_KEY) or {}
+        if go.get("generation") != self.standby_generation:
+            go = {"generation": self.standby_generation, "tasks": {}}
+        wanted = {**self._pod_env(spec, task, attempt), standby.ENV_GENERATION: str(self.standby_generation),
+                  standby.ENV_TASK: task.name}
+        go["tasks"][task.name] = standby.go_record(created, wanted)
+        self.host.state.launcher[standby.GO_KEY] = go  # saved by the loop once the attempt's tasks are started
+        n = self.attempts.get(task.name, -1) + 1
+        self.attempts[task.name] = n
+        try:
+            self.core.patch_namespaced_pod(name, self.namespace, {"metadata": {
+                "labels": {standby.LABEL: None, objects.LABEL_ATTEMPT: str(n)},
+                "annotations": {objects.ANNOTATION_CLUSTER_ATTEMPT: str(attempt)}}})
+        except Exception as exc:  # noqa: BLE001 - only a re-adopting supervisor reads these
+            self.event(f"standby: labelling pod {name} failed: {_short(exc)}")
+        self.current[task.name] = name
+        if not self.standby_pods:
+            self.event(f"standby: attempt {attempt} handed to the warm pods of generation {self.standby_generation}")
+        return True
 
     def _made_by_launcher(self, name: str, attempt: int) -> bool:
         """Whether the pod ``name`` already there is this root's, of cluster attempt ``attempt``, not being deleted:
@@ -558,6 +675,12 @@ class PodBackend(Backend):
             return None
         pods = self.core.list_namespaced_pod(self.namespace,
                                              label_selector=f"{objects.LABEL_CLUSTER}={self.spec.cluster_id}").items
+        # Its warm pods are not adopted (the next generation is made afresh, numbered above every earlier one).
+        warm = [p for p in pods if standby.LABEL in (p.metadata.labels or {})]
+        self.standby_generation = max([standby.generation_of(p.spec.hostname or "") for p in pods], default=0)
+        if warm:
+            self._delete([p.metadata.name for p in warm], 0)
+            pods = [p for p in pods if p not in warm]
         attempt = 0
         for pod in sorted(pods, key=lambda p: int(p.metadata.labels.get(objects.LABEL_ATTEMPT, 0))):
             task, n = pod.metadata.labels.get(objects.LABEL_TASK), int(pod.metadata.labels.get(objects.LABEL_ATTEMPT, 0))
@@ -593,6 +716,10 @@ class PodBackend(Backend):
                 return False
             return True  # an API hiccup is not a deletion
         return cm.metadata.uid == self.owner["uid"] and not cm.metadata.deletion_timestamp
+
+
+def _ready(pod) -> bool:
+    return pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def _started(pod) -> bool:

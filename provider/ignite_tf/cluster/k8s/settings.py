@@ -93,6 +93,10 @@ class KubernetesSettings:
     :param max_runtime: seconds a cluster may run in all (restarts included); past it the supervisor stops it
         and every pod carries the rest as ``activeDeadlineSeconds`` (so pods end even without a supervisor).
         None: no limit.
+    :param standby: keep one warm pod per task (TensorFlow imported, waiting) beside a sync cluster's running
+        attempt, so that a whole-cluster restart (a lost worker) is handed to pods that are already scheduled
+        and imported instead of new ones (``ignite_tf.cluster.k8s.standby``). Off by default: it doubles the
+        pods' memory requests and costs a TensorFlow import per task after each (re)start.
     """
 
     namespace: str | None = None
@@ -113,6 +117,7 @@ class KubernetesSettings:
     model_params: int | None = None
     supervisor: SupervisorMode = DEFAULT_SUPERVISOR
     max_runtime: float | None = None
+    standby: bool = False
 
     def __post_init__(self):
         self.placement = Placement.parse(self.placement)
@@ -121,6 +126,8 @@ class KubernetesSettings:
                                              or not isinstance(self.max_runtime, int | float)
                                              or self.max_runtime <= 0):
             raise ConfigError(f"kubernetes.max_runtime: seconds > 0 or null (got {self.max_runtime!r})")
+        if not isinstance(self.standby, bool):
+            raise ConfigError(f"kubernetes.standby: true or false (got {self.standby!r})")
         unknown = set(self.resources) - {"requests", "limits"}
         if unknown:
             raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")

@@ -1,0 +1,173 @@
+"""Warm standby pods (``kubernetes.standby: true``): a restart of a sync cluster handed to pods that are ready.
+
+A sync cluster restarts whole when one worker is lost, and each new pod used to pay its scheduling, start and
+TensorFlow's import (about 5 of the 15.5 s from a deleted pod to the next epoch) before it could restore. With
+``standby`` the pod supervisor keeps, once the cluster is up, one more pod per task: ``python -m
+ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual first process
+(``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork server
+imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and the
+label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster restart the
+supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``: the
+generation, and per task the environment variables that differ from the ones the pod was made with, such as
+the attempt number); each standby pod of that generation reads it from the state store, takes those
+variables and runs the task's module in-process (as a task forked from the fork server does). The old
+attempt's pods have ended by then (``PodBackend.stop`` waits for it), so the standby restores the newest
+backup. The next generation is made once the restarted attempt is up and has recorded an epoch (its imports
+would otherwise take the CPU from the restore).
+
+A standby generation's pods have their own names and DNS names (``<task>-s<generation>``, in the cluster's
+headless Service), and the TF_CONFIG they were made with names those: the pods of a generation address each
+other only. The go record travels through the state store the pods already write to (no port is opened
+in a standby pod).
+
+Cost: each task's memory twice (a standby pod requests what its task pod requests) and one TensorFlow import
+per task beside the training once per attempt; hence off by default. Used for sync clusters whose tasks run
+the runtime (an ``entry_point``); a user command may configure TensorFlow before importing it, so its pods
+start as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+import time
+import traceback
+from typing import Any
+
+from ignite_tf import timeline
+from ignite_tf.cluster import forkserver
+from ignite_tf.contract import ENV_CLUSTER_ID, ENV_RUN_STORE, exit_now
+
+MODULE = "ignite_tf.cluster.k8s.standby"
+GO_KEY = "standby_go"
+"""In ``ClusterState.launcher``: ``{"generation": K, "tasks": {task: {"set": {...}, "unset": [...]}}}``."""
+ENV_GENERATION = "IGNITE_TF_STANDBY_GENERATION"
+ENV_TASK = "IGNITE_TF_STANDBY_TASK"
+LABEL = "ignite-tf.io/standby"
+"""On a standby pod until the supervisor hands it an attempt (then removed)."""
+POLL_S = 0.2
+
+
+def hostname(task_name: str, generation: int) -> str:
+    return f"{task_name}-s{generation}"
+
+
+def generation_of(pod_hostname: str) -> int:
+    """The standby generation a pod's hostname names (0: a task pod made as such)."""
+    head, _, tail = pod_hostname.rpartition("-s")
+    return int(tail) if head and tail.isdigit() else 0
+
+
+def command(argv: list[str]) -> list[str] | None:
+    """The standby's command for a task's ``argv``, or None when that task cannot wait warm (not ``python -m
+    MODULE ...``: a user command)."""
+    if len(argv) >= 3 and argv[0].rpartition("/")[2].startswith("python") and argv[1] == "-m":
+        return [argv[0], "-m", MODULE, "--", *argv]
+    return None
+
+
+def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]:
+    """What a standby pod made with environment ``created`` must change to run with ``wanted``."""
+    return {"set": {k: v for k, v in wanted.items() if created.get(k) != v},
+            "unset": sorted(k for k in created if k not in wanted)}
+
+
+# -- the pod's side --------------------------------------------------------------------------------------------
+def preload() -> None:
+    for name in forkserver.PRELOAD:
+        module, _, call = name.partition(":")
+        loaded = importlib.import_module(module)
+        if call:
+            getattr(loaded, call)()
+
+
+def warm(argv: list[str]) -> None:
+    """What the task does first that does not depend on its attempt, done while waiting: the fork server's hook
+    for its module (the runtime's ``preload``: the columns and the label's classes from Ignite) and the run
+    store's client modules (s3fs and its botocore: a second or more of the backup's first read). A failure is
+    only reported: the task meets it again and reports it itself."""
+    hook = forkserver.HOOKS.get(argv[2])
+    for what, step in ((hook, lambda: _call(hook, argv[3:])),
+                       ("the run store's client", lambda: _store_client(os.environ.get(ENV_RUN_STORE, "")))):
+        if what is None:
+            continue
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - see above
+            print(f"standby: {what} failed ({type(exc).__name__}: {exc}); the task does it itself", flush=True)
+
+
+def _call(target: str, args: list[str]) -> None:
+    module, _, name = target.partition(":")
+    getattr(importlib.import_module(module), name)(args)
+
+
+def _store_client(url: str) -> None:
+    from ignite_tf.runstore import RunStore, is_remote
+
+    if is_remote(url):
+        RunStore(url).fs  # noqa: B018 - imports the store's fsspec implementation
+
+
+def wait_for_go(generation: int, task: str, cluster_id: str, store=None) -> dict[str, Any] | None:
+    """The go record for this pod, read from the state store; None when the cluster ended first."""
+    if store is None:
+        from ignite_tf.cluster.state import store_from_env
+
+        store = store_from_env()
+    if store is None:
+        sys.exit("standby: no state store in the environment")
+    while True:
+        try:
+            state = store.get(cluster_id)
+        except Exception as exc:  # noqa: BLE001 - a store hiccup: ask again
+            print(f"standby: state store: {exc}", file=sys.stderr, flush=True)
+            state = None
+        if state is not None:
+            go = (state.launcher or {}).get(GO_KEY) or {}
+            if go.get("generation") == generation and task in (go.get("tasks") or {}):
+                return go["tasks"][task]
+            if state.status.final:
+                return None
+        time.sleep(POLL_S)
+
+
+def become(go: dict[str, Any], argv: list[str]) -> None:
+    """Run ``argv`` (``python -m MODULE ARGS``) in this process with the go record's environment; never returns."""
+    code = 1
+    try:
+        for k in go.get("unset", []):
+            os.environ.pop(k, None)
+        os.environ.update(go.get("set", {}))
+        timeline.carry("standby_go")
+        sys.argv = [argv[2], *argv[3:]]
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the task's failure is its exit status
+        traceback.print_exc()
+    finally:
+        exit_now(code)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[0] != "--" or argv[2] != "-m":
+        sys.exit(f"usage: python -m {MODULE} -- python -m MODULE [ARGS...]")
+    timeline.carry("standby_started")
+    preload()
+    warm(argv[1:])
+    print("[ignite-tf] standby: TensorFlow imported, waiting for an attempt", flush=True)
+    go = wait_for_go(int(os.environ[ENV_GENERATION]), os.environ[ENV_TASK], os.environ[ENV_CLUSTER_ID])
+    if go is None:
+        print("[ignite-tf] standby: the cluster ended; not needed", flush=True)
+        exit_now(0)
+    become(go, argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+"""Warm standby pods (``kubernetes.standby``) without a cluster: the setting, which commands can wait warm, and a
+real standby process waiting on a real (file) state store until its go record, then running the task's module
+in-process with the record's environment. Simulated: nothing is a pod here and the preload (TensorFlow's
+import) is left out; the pod path runs in bench/k8s_deployed.py --parts resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ignite_tf.cluster.k8s import standby
+from ignite_tf.cluster.k8s.settings import KubernetesSettings
+from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
+from ignite_tf.contract import ENV_STATE_DIR, ENV_STATE_STORE
+from ignite_tf.errors import ConfigError
+
+PROBE = """import os, sys
+print("ARGV", sys.argv[1:], "ATTEMPT", os.environ.get("IGNITE_TF_ATTEMPT"), "GONE", os.environ.get("GONE"),
+      "KEPT", os.environ.get("KEPT"), flush=True)
+sys.exit(3)
+"""
+WAITER = ("from ignite_tf.cluster.k8s import standby\n"
+          "go = standby.wait_for_go(2, 'worker-1', 'sb1')\n"
+          "print('NO GO' if go is None else 'GO', flush=True)\n"
+          "if go is not None:\n"
+          "    standby.become(go, ['python', '-m', 'probe_task', '--epochs', '3'])\n")
+
+
+def test_the_setting_and_which_tasks_can_wait_warm():
+    assert KubernetesSettings.parse(None).standby is False
+    assert KubernetesSettings.parse({"standby": True}).to_dict()["standby"] is True
+    with pytest.raises(ConfigError, match="kubernetes.standby: true or false"):
+        KubernetesSettings.parse({"standby": "yes"})
+    runtime = ["python", "-m", "ignite_tf.runtime", "--entry-point", "m:f"]
+    assert standby.command(runtime) == ["python", "-m", standby.MODULE, "--", *runtime]
+    assert standby.command(["python", "train.py"]) is None  # a user command may set TensorFlow up itself
+    assert [standby.generation_of(h) for h in ("worker-1", standby.hostname("worker-1", 12), "")] == [0, 12, 0]
+    assert standby.go_record({"A": "1", "B": "x", "GONE": "1"}, {"A": "2", "B": "x", "NEW": "n"}) == {
+        "set": {"A": "2", "NEW": "n"}, "unset": ["GONE"]}
+
+
+def _waiter(tmp_path):
+    (tmp_path / "probe_task.py").write_text(PROBE)
+    env = {**os.environ, ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state"), "GONE": "1",
+           "KEPT": "k", "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    return subprocess.Popen([sys.executable, "-c", WAITER], env=env, cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_a_standby_waits_for_its_own_generation_then_runs_the_task_with_the_go_record(tmp_path):
+    store = LocalStateStore(tmp_path / "state")
+    state = ClusterState(cluster_id="sb1", cache="c", mode="sync", run_dir=str(tmp_path))
+    store.put(state)
+    proc = _waiter(tmp_path)
+    try:
+        # A record of an older generation, or naming other tasks only, is not this pod's go.
+        state.launcher[standby.GO_KEY] = {"generation": 1, "tasks": {"worker-1": {"set": {}, "unset": []}}}
+        store.put(state)
+        time.sleep(1.0)
+        state.launcher[standby.GO_KEY] = {"generation": 2, "tasks": {"worker-0": {"set": {}, "unset": []}}}
+        store.put(state)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stdout.read()
+        state.launcher[standby.GO_KEY]["tasks"]["worker-1"] = standby.go_record(
+            {"IGNITE_TF_ATTEMPT": "1", "GONE": "1", "KEPT": "k"}, {"IGNITE_TF_ATTEMPT": "2", "KEPT": "k"})
+        store.put(state)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out
+    assert "GO\nARGV ['--epochs', '3'] ATTEMPT 2 GONE None KEPT k" in out, out
+
+
+def test_a_standby_ends_when_the_cluster_ended_without_it(tmp_path):
+    store = LocalStateStore(tmp_path / "state")
+    store.put(ClusterState(cluster_id="sb1", cache="c", mode="sync", run_dir=str(tmp_path), status=Status.SUCCEEDED))
+    proc = _waiter(tmp_path)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "NO GO" in out, out
