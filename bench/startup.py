@@ -500,7 +500,8 @@ def table(r: dict) -> str:
             f"({r['_rows'] / p['partitions']:.0f} rows per partition):", "",
             f"- PartitionReader: open {p['reader_open_s'] * 1e3:.0f} ms; reading (features stacked) "
             f"{p['reader_rows_s']:,.0f} rows/s = {p['reader_ms_per_partition']:.3f} ms per partition scanned",
-            f"- ignite_tf.data.blocks (plan routes, shuffle): {p['blocks_rows_s']:,.0f} rows/s",
+            f"- ignite_tf.data.blocks (plan routes, shuffle): {p['blocks_rows_s']:,.0f} rows/s, "
+            f"{p['blocks_cpu_us_per_row']:.2f} CPU-µs per row in this process",
             f"- ignite_tf.data.batches (columns, cut into NumPy batches): {p['batches_rows_s']:,.0f} rows/s",
             f"- ignite_tf.data.dataset(stack=True) iterated eagerly: {p['dataset_rows_s']:,.0f} rows/s "
             f"(building it with cache=: {p['dataset_build_s'] * 1e3:.0f} ms)",

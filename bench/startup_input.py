@@ -127,7 +127,8 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
     ``reader_open_s``: opening a PartitionReader (connections, metadata); ``reader_rows_s``: its batches of
     every partition (features stacked as decoded, as the dataset reads them), open excluded, and
     ``reader_ms_per_partition`` = that time / partitions; ``blocks_rows_s``: ``ignite_tf.data.blocks`` (adds
-    the plan's routes and the shuffle); ``batches_rows_s``: ``ignite_tf.data.batches`` (blocks cut into
+    the plan's routes and the shuffle), and ``blocks_cpu_us_per_row`` this process's CPU for it per row (what the
+    reader takes from the training's cores); ``batches_rows_s``: ``ignite_tf.data.batches`` (blocks cut into
     NumPy batches); ``dataset_rows_s``: ``ignite_tf.data.dataset(stack=True)`` iterated eagerly (adds
     ``from_generator`` and ``rebatch``); ``dataset_build_s``: building that dataset with ``cache=``
     (discovery each time).
@@ -153,10 +154,11 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
             seconds = time.perf_counter() - started
             keep("reader_rows_s", n / seconds, max)
             keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
-        started = time.perf_counter()
+        started, own = time.perf_counter(), _own_cpu_s()
         n = sum(len(b["label"]) for b in itd.blocks(0, batch_size=BATCH, plan=plan, conn=conn, stack=features,
                                                      columns=[*features, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))
         keep("blocks_rows_s", n / (time.perf_counter() - started), max)
+        keep("blocks_cpu_us_per_row", (_own_cpu_s() - own) / n * 1e6)
         started = time.perf_counter()
         n = sum(len(b["label"]) for b in itd.batches(0, batch_size=BATCH, plan=plan, conn=conn,
                                                       shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))

@@ -17,6 +17,7 @@ from pyignite.utils import cache_id
 
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import CacheNotFoundError, ConfigError
+from ignite_tf.plan.split import EvaluationSplit
 from ignite_tf.reader.partition import HASH_SPACE, PartitionReader, ReadTask, key_hash, tf_dataset
 from tests.support.sql import sql
 
@@ -170,6 +171,25 @@ def test_hash_ranges_split_a_partition(numeric_table, ignite_conn):
                 for piece, task in zip(pieces, tasks, strict=True):
                     assert all(task.hash_lo <= h < task.hash_hi for h in key_hash(piece).tolist())
         assert sum(len(k) for k in whole.values()) > 0
+
+
+def test_hash_range_split_and_fingerprint_share_one_key_hash(numeric_table, ignite_conn):
+    """A training read with all three users of the key hash (a task's hash range, the held-out split, the
+    fingerprint) keeps exactly the rows, and fingerprints, of the same read with a plain key filter, which
+    hashes the keys itself."""
+    name, _ = numeric_table
+    split = EvaluationSplit(0.3, 5)
+    tasks = [t for p in range(8) for t in ReadTask(p).split(2)]
+    reads = {}
+    for how, key_filter in (("shared", split.training_filter()), ("plain", lambda keys: ~split.held_out(keys))):
+        with PartitionReader(ignite_conn, name, key_filter=key_filter, fingerprint=True) as reader:
+            reads[how] = (reader.read_all(tasks)["id"], reader.fingerprints.done)
+    (keys, prints), (plain_keys, plain_prints) = reads["shared"], reads["plain"]
+    with PartitionReader(ignite_conn, name) as reader:
+        every = reader.read_all(range(8))["id"]
+    assert sorted(keys.tolist()) == sorted(every[~split.held_out(every)].tolist())
+    assert 0 < len(keys) < len(every) and sorted(plain_keys.tolist()) == sorted(keys.tolist())
+    assert prints == plain_prints and sum(fp["rows"] for fp in prints.values()) == len(every)
 
 
 def test_nulls_strings_and_general_path(ignite_conn, ignite_client, cache_name):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ignite_tf.errors import ConfigError
-from ignite_tf.reader.tasks import HASH_SPACE, key_hash
+from ignite_tf.reader.tasks import HASH_SPACE, HashFilter, key_hash
 
 __all__ = ["EvaluationSplit"]
 
@@ -71,7 +71,11 @@ class EvaluationSplit:
 
     def held_out(self, keys: np.ndarray) -> np.ndarray:
         """Whether each key's row is held out for evaluation (a boolean array like ``keys``)."""
-        salted = key_hash(keys) ^ np.uint64(self.seed % HASH_SPACE)
+        return self.held_out_hashes(key_hash(keys))
+
+    def held_out_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """``held_out`` of the keys whose ``key_hash`` is ``hashes``."""
+        salted = hashes ^ np.uint64(self.seed % HASH_SPACE)
         return key_hash(salted.view(np.int64)) < np.uint64(self.threshold)
 
     def training_rows(self, keys: np.ndarray) -> np.ndarray:
@@ -84,7 +88,7 @@ class EvaluationSplit:
 
     def training_filter(self):
         """``key_filter`` for a reader that feeds training (None: no split, read every row)."""
-        return self.training_rows if self.enabled else None
+        return HashFilter(lambda hashes: ~self.held_out_hashes(hashes)) if self.enabled else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"fraction": self.fraction, "seed": self.seed, "by": "key hash"}

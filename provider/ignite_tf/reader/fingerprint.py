@@ -75,8 +75,9 @@ class Fingerprinter:
         self._open: dict[str, dict] = {}
         self._layouts: dict[tuple, tuple[list, list[str]]] = {}
 
-    def add(self, task: ReadTask, chunk: dict) -> None:
-        """Fold the rows of ``chunk`` (columns of one page, already filtered to the task) into ``task``'s."""
+    def add(self, task: ReadTask, chunk: dict, hashes: np.ndarray | None = None) -> None:
+        """Fold the rows of ``chunk`` (columns of one page, already filtered to the task) into ``task``'s;
+        ``hashes``: their keys' ``key_hash``, where the reader has them already."""
         keys = chunk[self.key_column]
         if not len(keys):
             return
@@ -89,7 +90,7 @@ class Fingerprinter:
         acc = self._open.get(key)
         if acc is None:
             acc = self._open[key] = {"rows": 0, "keys": 0, "names": names, "sums": np.zeros(len(names), np.uint32)}
-        hashed = key_hash(keys)
+        hashed = key_hash(keys) if hashes is None else hashes
         acc["rows"] += len(keys)
         acc["keys"] = (acc["keys"] + int(hashed.sum(dtype=np.uint64))) % 2**64
         if names:

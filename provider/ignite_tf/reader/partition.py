@@ -47,7 +47,7 @@ from ignite_tf.reader import layout as _layout
 from ignite_tf.reader import servers as _servers
 from ignite_tf.reader.binary import STACKED
 from ignite_tf.reader.scan import NodeFailed, NodeScans, scan_request
-from ignite_tf.reader.tasks import HASH_SPACE, ReadTask, key_hash
+from ignite_tf.reader.tasks import HASH_SPACE, HashFilter, ReadTask, key_hash
 
 _MASK = "?"  # prefix of a column's NULL mask inside the reader's page chunks
 MAX_SCANS_AHEAD = 64  # scans in flight at most, when small partitions are read ahead
@@ -131,6 +131,7 @@ class PartitionReader:
         self.schema: dict[str, np.dtype] = {self.key_column: np.dtype(np.int64)}
         self.schema.update({f.name: f.dtype for f in fields})
         self.fingerprints = _fingerprinter(fingerprint, self.key_column, self._decoder.stack)
+        self._hashed = self.fingerprints is not None or isinstance(key_filter, HashFilter)  # every page's key hash
 
     # -- cluster metadata --------------------------------------------------------------------------------
     def _sql(self, query: str, args: list | None = None, names: bool = False) -> list[list]:
@@ -272,27 +273,10 @@ class PartitionReader:
                     self._scans.discard(*sent)  # sent ahead to a node no longer first in line
                 sent = None
                 pages = self._scans.pages(index, task.partition, qid)
+                node = str(self._conns[index].uuid)
                 try:
                     for cols, masks in pages:
-                        keys = cols[self.key_column]
-                        keep = None
-                        if not task.whole:
-                            h = key_hash(keys)
-                            keep = h >= np.uint64(task.hash_lo)
-                            if task.hash_hi < HASH_SPACE:
-                                keep &= h < np.uint64(task.hash_hi)
-                        if skip is not None:
-                            fresh = ~np.isin(keys, skip)
-                            keep = fresh if keep is None else keep & fresh
-                        chunk = _subset({**cols, **{_MASK + k: m for k, m in masks.items()}}, keep)
-                        seen.append(chunk[self.key_column])
-                        if self.fingerprints is not None:  # the task's every row, as validation read it
-                            self.fingerprints.add(task, chunk)
-                        chunk = _subset(chunk, self._kept(chunk[self.key_column]))
-                        served = self.stats["rows_per_node"]
-                        node = str(self._conns[index].uuid)
-                        served[node] = served.get(node, 0) + len(chunk[self.key_column])
-                        yield chunk
+                        yield self._page(task, cols, masks, skip, seen, node)
                     self.stats["partitions"] += 1
                     if self.fingerprints is not None:
                         self.fingerprints.finish(task)
@@ -314,9 +298,37 @@ class PartitionReader:
             if not self._scans.alive():
                 self._scans.reconnect_all()
 
-    def _kept(self, keys: np.ndarray) -> np.ndarray | None:
-        """Which rows ``key_filter`` keeps (None: all); applied after the fingerprint, which covers every row."""
-        return None if self.key_filter is None else np.asarray(self.key_filter(keys), dtype=bool)
+    def _page(self, task: ReadTask, cols: dict, masks: dict, skip, seen: list, node: str) -> dict:
+        """One decoded page of ``task``: its rows in the task's hash range, not read before a failover
+        (``skip``), fingerprinted, then through ``key_filter``; the keys noted in ``seen``.
+
+        The keys' hash is computed once, for whichever of the hash range, the fingerprint and a
+        ``HashFilter`` needs it.
+        """
+        keys = cols[self.key_column]
+        hashes = key_hash(keys) if not task.whole or self._hashed else None
+        keep = None
+        if not task.whole:
+            keep = hashes >= np.uint64(task.hash_lo)
+            if task.hash_hi < HASH_SPACE:
+                keep &= hashes < np.uint64(task.hash_hi)
+        if skip is not None:
+            fresh = ~np.isin(keys, skip)
+            keep = fresh if keep is None else keep & fresh
+        chunk = {**cols, **{_MASK + k: m for k, m in masks.items()}} if masks else cols
+        if keep is not None and not keep.all():
+            chunk = {k: v[keep] for k, v in chunk.items()}
+            hashes = None if hashes is None else hashes[keep]
+        seen.append(chunk[self.key_column])
+        if self.fingerprints is not None:  # the task's every row, as validation read it
+            self.fingerprints.add(task, chunk, hashes)
+        if self.key_filter is not None:  # after the fingerprint, which covers every row
+            kept = self.key_filter.keep(hashes) if isinstance(self.key_filter, HashFilter) else \
+                self.key_filter(chunk[self.key_column])
+            chunk = _subset(chunk, np.asarray(kept, dtype=bool))
+        served = self.stats["rows_per_node"]
+        served[node] = served.get(node, 0) + len(chunk[self.key_column])
+        return chunk
 
     # -- batches -------------------------------------------------------------------------------------------
     def batches(self, tasks: Iterable[ReadTask | int]) -> Iterator[dict[str, np.ndarray]]:

@@ -72,6 +72,7 @@ class ReadTask:
 
 
 _GAMMA, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 def key_hash(keys: np.ndarray) -> np.ndarray:
@@ -83,7 +84,27 @@ def key_hash(keys: np.ndarray) -> np.ndarray:
 
     :param keys: integer keys (any integer dtype; taken as int64).
     """
-    z = np.asarray(keys).astype(np.int64).view(np.uint64) + _GAMMA
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    # In place on one copy: a page's few hundred keys cost allocations more than arithmetic.
+    z = np.array(keys, dtype=np.int64).view(np.uint64)
+    z += _GAMMA
+    t = np.right_shift(z, _S30, out=np.empty_like(z))
+    z ^= t
+    z *= _M1
+    z ^= np.right_shift(z, _S27, out=t)
+    z *= _M2
+    z ^= np.right_shift(z, _S31, out=t)
+    return z if z.ndim else z[()]
+
+
+class HashFilter:
+    """A reader's ``key_filter`` that decides by the keys' :func:`key_hash`: ``keep(hashes) -> bool array``.
+
+    Called on keys it hashes them, as any key filter does. A reader that hashed a page's keys already (for a
+    task's hash range or the fingerprint) hands it those hashes instead: each key is hashed once per read.
+    """
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def __call__(self, keys: np.ndarray) -> np.ndarray:
+        return self.keep(key_hash(keys))
