@@ -48,6 +48,8 @@ def test_ignite_pods_are_found_matched_by_consistent_id_and_read_on_their_primar
     settings = KubernetesSettings(ignite_selector=IGNITE_SELECTOR, ignite_namespace=namespace)
     hosts = placement.ignite_node_hosts(core, list(found), settings, namespace)
     assert hosts == {p.metadata.name: p.spec.node_name for p in pods}
+    # With no setting at all (the deployed shape's defaults): the pods are found by their addresses.
+    assert placement.ignite_node_hosts(core, list(found), KubernetesSettings(), "default") == hosts
 
     table = f"K8S_LOC_{uuid.uuid4().hex[:6].upper()}"
     client = seed.client()

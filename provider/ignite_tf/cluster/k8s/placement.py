@@ -6,7 +6,8 @@ Two deployments are recognised:
   Ignite node is the pod whose name is its consistent id (a StatefulSet that sets ``consistentId`` to the
   pod name, as ``docker/k8s/ignite.yaml`` does), or whose IP is the node's address;
 - Ignite on hosts that are Kubernetes nodes: the node whose ``ignite-tf.io/host`` label is the Ignite node's
-  consistent id or host, or whose name or addresses are the Ignite node's host.
+  consistent id or host, or whose name or addresses are the Ignite node's host; failing that, the pod (in any
+  namespace) whose address is the Ignite node's host, so Ignite's pods are found with no setting.
 
 The result is recorded in the shard plan (``placement``: wanted and actual node per worker, the share of
 rows the plan lets each read locally, and ``ignite_nodes``: the Kubernetes node of each Ignite node) and
@@ -45,6 +46,24 @@ def ignite_node_hosts(core, nodes: list, settings: KubernetesSettings, namespace
             if node.consistent_id in names or (host is not None and host in names):
                 out[node.consistent_id] = kn.metadata.name
                 break
+    out.update(_by_pod_address(core, [n for n in nodes if n.consistent_id not in out and not _loopback(n.host)]))
+    return out
+
+
+def _by_pod_address(core, nodes: list) -> dict[str, str]:
+    """Ignite nodes running as pods that no ``ignite_selector`` names (the deployed shape's defaults): the pod
+    at each node's address, in any namespace. Pod addresses are unique in a cluster; a pod on its node's network
+    has the node's address and was matched by it already. Needs the right to list pods cluster-wide
+    (``docker/k8s/launcher-rbac.yaml`` grants it); without it these nodes stay unmatched."""
+    out: dict[str, str] = {}
+    for node in nodes:
+        try:
+            pods = core.list_pod_for_all_namespaces(field_selector=f"status.podIP={node.host}").items
+        except Exception:  # noqa: BLE001 - no right to list pods: the measurement says "unmatched"
+            return out
+        running = [p for p in pods if p.spec.node_name and not p.spec.host_network]
+        if len(running) == 1:
+            out[node.consistent_id] = running[0].spec.node_name
     return out
 
 
