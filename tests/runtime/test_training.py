@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -104,10 +105,13 @@ def test_ported_conv_tutorial_with_repeat_trains_on_two_workers(ignite_conn, lau
     """TensorFlow's multi-worker tutorial model (Conv2D on 28x28) ported as the README says, with
     ``ignite_tf.data.dataset(...).repeat()``, run by the supervisor on 2 workers over a cache whose shards do
     not divide into the global batch. A short batch at the end of a pass would leave a replica with no
-    rows and fail Conv2D's gradient (ReluGrad shapes [0,26,26,32] != [0,28,28,1])."""
+    rows and fail Conv2D's gradient (ReluGrad shapes [0,26,26,32] != [0,28,28,1]). The plan holds 10% of the
+    rows out: the port's optional evaluation block evaluates on them and reports, and the publish gate judges
+    the reported held-out numbers."""
     from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.registry.gate import BlessingGate, held_out_inputs
 
     sys.path.insert(0, str(TUTORIAL))
     try:
@@ -120,7 +124,7 @@ def test_ported_conv_tutorial_with_repeat_trains_on_two_workers(ignite_conn, lau
     # a pass ending in 1 row (1409 = 11 x 128 + 1 rows a shard) gave one replica 0 rows, and Conv2D failed.
     global_batch = 64 * 2  # per_worker_batch_size * num_workers in ported.py
     pm = PartitionMap.discover(ignite_conn, cache)
-    plan = next((p for p in (ShardPlan.build(pm, 2, seed=s) for s in range(50))
+    plan = next((p for p in (ShardPlan.build(pm, 2, seed=s, evaluation=0.1) for s in range(50))
                  if any(w.rows % global_batch == 1 for w in p.shards(0))), None)
     assert plan is not None, "no seed gives a shard of 128 n + 1 rows"
     # 3 epochs x 70 steps x 64 rows per worker: each worker passes over its ~1409 rows 9 times.
@@ -136,4 +140,19 @@ def test_ported_conv_tutorial_with_repeat_trains_on_two_workers(ignite_conn, lau
     print(f"conv tutorial on 2 workers, 2818 rows: (loss, accuracy) per epoch {finals}")
     # The tutorial's SGD(0.001) learns slowly: better than chance (0.1) and improving is what it shows.
     assert float(finals[-1][1]) > 0.2 and float(finals[-1][0]) < float(finals[0][0]), finals
+
+    # The held-out evaluation, reported by the chief alone, is in the cluster state, over every held-out row.
+    # The table's keys are 0..2817: the split's own key hash says which are held out (no second read of them).
+    evaluation, held = final.evaluation, int(plan.evaluation.held_out(np.arange(2818, dtype=np.int64)).sum())
+    print(f"conv tutorial held-out evaluation: {evaluation}")
+    assert evaluation["by"] == "script" and evaluation["rows"] == held > 0, evaluation
+    assert evaluation["split"] == plan.evaluation.to_dict() and set(evaluation["metrics"]) == {"loss", "accuracy"}
+    assert log.count(f"held-out evaluation on {held} rows: accuracy=") == 1, log[-3000:]
+    # The gate judges those numbers, not the training's: a threshold just above the held-out accuracy refuses.
+    judged, _, notes = held_out_inputs({"accuracy": 1.0}, None, None, evaluation)
+    assert judged == evaluation["metrics"] and not notes
+    accuracy = evaluation["metrics"]["accuracy"]
+    assert BlessingGate(thresholds={"accuracy": (accuracy - 0.01, None)}).evaluate(judged, None) == ([], {})
+    reasons, _ = BlessingGate(thresholds={"accuracy": (accuracy + 0.01, None)}).evaluate(judged, None)
+    assert reasons and f"accuracy = {accuracy:.6g} is below" in reasons[0]
     assert_nothing_left(state.cluster_id, final.run_dir)

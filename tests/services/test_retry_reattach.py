@@ -9,9 +9,11 @@ succeeds and nothing is left. Nothing here is simulated: the kill is a real SIGK
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from datetime import datetime
 
 import psutil
 
@@ -19,7 +21,9 @@ from tests.support.airflow_services import wait_parsed
 from tests.support.clusters import assert_nothing_left
 
 DAG_ID = "ignite_tf_retry_reattach"
-EPOCHS = 10  # enough that the kill after epoch 2 falls in the training on a quiet machine too
+# Enough that the cluster still trains when try 2 starts: the scheduler fails try 1 once its heartbeat is 30 s old
+# (tests/support/airflow_services.py), then the retry starts (seconds): 38 epochs of ~1.5-3 s remain after the kill.
+EPOCHS, BATCH_SIZE = 40, 16
 SUPERVISOR = "ignite_tf.cluster.supervision.processes"
 # The training waits in its worker (deferrable: false), so its task runner lives while the cluster trains.
 SPEC = f"""\
@@ -35,7 +39,7 @@ training:
   workers: 2
   entry_point: ignite_tf.models:tabular_classifier
   epochs: {EPOCHS}
-  batch_size: 32
+  batch_size: {BATCH_SIZE}
   label_column: label
   startup_deadline_s: 180
   deferrable: false
@@ -97,7 +101,7 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
                 runner = task_runner(ti["id"])
                 assert runner is not None, (ti["id"], processes_titled("airflow"))
                 os.kill(runner.pid, signal.SIGKILL)
-                killed = (ti["try_number"], clusters[0].cluster_id, len(clusters[0].epochs))
+                killed = (ti["try_number"], clusters[0].cluster_id, len(clusters[0].epochs), time.time())
         time.sleep(0.5)
 
     tis = {t["task_id"]: t for t in svc.request("GET", f"{base}/taskInstances")["task_instances"]}
@@ -120,10 +124,19 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
     result = svc.request("GET", f"{base}/taskInstances/train/xcomEntries/return_value?deserialize=true")["value"]
     assert result["cluster_id"] == killed[1] and result["epochs"] == EPOCHS, result
     second_try = next((svc.home / "logs").rglob(f"run_id={run_id}/task_id=train/attempt=2.log"))
-    # Try 2 starts when Airflow learns of the kill: at once when the executor sees its task process die, or only
-    # after the task heartbeat timeout (minutes) on a loaded machine, when the cluster may have finished; either
-    # way it took that cluster, never a new one.
+    # Try 2 starts when Airflow learns of the kill: when try 1's heartbeat is 30 s old. It took that cluster, never
+    # a new one: re-attached while it trained, or (a machine so slow that the cluster ended first) reused its
+    # result; which one must match when the cluster ended.
     said = second_try.read_text()
-    assert (f"re-attaching to TensorFlow cluster {killed[1]}" in said
-            or f"TensorFlow cluster {killed[1]} already succeeded" in said), said[-3000:]
+    reattached, reused = (f"re-attaching to TensorFlow cluster {killed[1]}",
+                          f"TensorFlow cluster {killed[1]} already succeeded")
+    took = [json.loads(line) for line in said.splitlines() if reattached in line or reused in line]
+    assert took, said[-3000:]
+    looked = datetime.fromisoformat(took[0]["timestamp"]).timestamp()
+    print(f"try 2 {'re-attached' if reattached in took[0]['event'] else 'reused the result'} "
+          f"{looked - killed[3]:.1f}s after the kill, {final.finished_at - looked:+.1f}s before the cluster ended")
+    if reattached in took[0]["event"]:
+        assert final.finished_at > looked - 1
+    else:
+        assert final.finished_at < looked + 1
     assert_nothing_left(killed[1], final.run_dir)

@@ -66,6 +66,13 @@ class AirflowServices:
             # A killed triggerer's triggers go to a live one once its heartbeat is this old (default 30 s).
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # A task whose runner died (SIGKILL) is failed, and retried, once its heartbeat is this old: the default
+            # 300 s let a killed training's cluster finish long before its retry could re-attach to it. A live
+            # task's runner heartbeats every 3 s (min_heartbeat_interval), well inside the 30 s; the scheduler
+            # looks every 3 s (default 10 s).
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "3",
         })
         self.env.update(env or {})
         self.ports = [self.api_port, worker_logs, trigger_logs]

@@ -47,3 +47,9 @@ with strategy.scope():
     multi_worker_model = build_and_compile_cnn_model()
 
 multi_worker_model.fit(multi_worker_dataset, epochs=3, steps_per_epoch=70)
+
+# --- optional, beyond the tutorial: held-out evaluation (shard_plan.evaluation; see CHANGES.md) ---
+if ignite_tf.data.load_plan().evaluation.enabled:
+    held_out = ignite_tf.data.evaluation_dataset(global_batch_size, label_column="label")
+    ignite_tf.data.report_evaluation(multi_worker_model.evaluate(held_out, return_dict=True))
+# --- end of the held-out evaluation ---

@@ -71,11 +71,13 @@ def save_once(model, *, rebuild, save, info: TaskInfo, log=print):
     metrics and batch norm statistics, all-reduces them), so every worker used to save, the others into a
     temporary directory they then deleted: twice the tracing on the same cores. Instead every worker
     reads the weights (the same collectives on all), the chief puts them into a copy built outside the
-    strategy (``rebuild``: the model function called again) and saves that copy, and the other workers
-    wait at a coordination-service barrier, so none of them leaves while the chief still needs the cluster.
-    The copy's optimizer starts fresh: resuming uses the backups, not the saved model.
+    strategy (``rebuild``: the model function called again, compiled with the trained model's resolved metrics)
+    and saves that copy, and the other workers wait at a coordination-service barrier, so none of them leaves
+    while the chief still needs the cluster. The copy's optimizer starts fresh: resuming uses the backups, not
+    the saved model.
 
-    Falls back to every worker saving ``model`` (as before) when the copy's weights do not match.
+    Falls back to every worker saving ``model`` (as before) when the copy's weights do not match or its
+    metrics cannot be copied.
     :returns: what ``save`` returns on the chief, None elsewhere.
     """
     if info.type is None or info.mode is not Mode.SYNC:
@@ -100,11 +102,37 @@ def _plain_copy(model, rebuild, log):
                 "every worker saves the trained model instead")
             return None
         copy.set_weights(weights)
+        _compile_like(copy, model)
         return copy
     except Exception as exc:  # noqa: BLE001 - saving the trained model is the fallback
         log(f"warning: could not copy the trained model out of the strategy ({exc!r}); every worker saves "
             f"the trained model instead")
         return None
+
+
+def _compile_like(copy, model) -> None:
+    """Compile ``copy`` with ``model``'s metrics as fit resolved them, in new objects outside the strategy.
+
+    tf_keras resolves a metric named by the task's shapes ("accuracy": binary, categorical or sparse
+    categorical) only at its first use. A copy saved before any use keeps the bare name, and the reloaded
+    metric compares labels with class probabilities: evaluate() on the published model said 0.30 where the
+    trained model had 0.87 on the same rows. A model whose metrics fit never built has nothing to copy.
+    """
+    metrics = getattr(model, "compiled_metrics", None)
+    if metrics is None or not getattr(metrics, "_built", False):
+        return
+    import tensorflow as tf
+    import tf_keras
+
+    def fresh(given):
+        if given is None:
+            return None
+        return tf.nest.map_structure(lambda m: tf_keras.metrics.deserialize(tf_keras.metrics.serialize(m)), given)
+
+    resolved = model._get_compile_args(user_metrics=False)
+    args = copy._get_compile_args()
+    copy.compile(**{**args, "metrics": fresh(resolved["metrics"]),
+                    "weighted_metrics": fresh(resolved["weighted_metrics"])})
 
 
 def _barrier(name: str, info: TaskInfo, log, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
