@@ -402,7 +402,10 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
         print(f"64 workers: launch -> all scheduled {time.monotonic() - started:.1f}s")
         for i in range(n):
             assert pods[f"worker-{i}"].spec.node_name == nodes[int(plan.worker_hosts[i].split("-")[1])]
-        wait_for(lambda: ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement, 120, "placement recorded")
+        # The plan carries the Ignite node map from the start (the start files); the achieved placement comes
+        # once the workers are scheduled.
+        wait_for(lambda: "local_workers" in (ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement or {}),
+                 120, "placement recorded")
         placed = ShardPlan.load(f"{state.run_dir}/shard_plan.json").placement
         assert placed["local_workers"] == n and placed["locality"] == placed["planned_locality"] == 1.0, placed
     finally:

@@ -51,7 +51,9 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
     from ignite_tf_dev import demo_data
 
     core, ns, conn, run_root, exports = deployed
-    epochs = 6
+    # Long enough that the training is still on when the new supervisor pod takes over (about 5-10 s after the
+    # deletion): with 6 epochs the cluster could end first, and the old supervisor recorded the end itself.
+    epochs = 24
     cache = f"sup_pod_{uuid.uuid4().hex[:6]}"
     cid = f"k8s-sup-{uuid.uuid4().hex[:6]}"
     home = tmp_path / "launcher"
