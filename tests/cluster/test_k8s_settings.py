@@ -54,6 +54,16 @@ def test_tf_config_uses_the_headless_service_dns_names_and_pods_are_owned():
         {"name": "tf-2222", "port": 2222, "targetPort": 2222}]
 
 
+def test_task_pods_get_a_cpu_request_unless_the_user_sets_cpu():
+    # Without a CPU request a pod gets the minimum CPU weight and yields to everything else on a busy node.
+    assert objects.resources(KubernetesSettings(), "900Mi") == {
+        "requests": {"cpu": objects.CPU_REQUEST, "memory": "900Mi"}, "limits": {"memory": "900Mi"}}
+    limited = objects.resources(KubernetesSettings(resources={"limits": {"cpu": "2"}}), "900Mi")
+    assert limited == {"requests": {"memory": "900Mi"}, "limits": {"cpu": "2", "memory": "900Mi"}}
+    asked = objects.resources(KubernetesSettings(resources={"requests": {"cpu": "3"}}), "900Mi")
+    assert asked["requests"]["cpu"] == "3"
+
+
 def test_yaml_launcher_kubernetes_reaches_the_train_task(tmp_path):
     from ignite_tf.pipeline.factory import build_dag, render
     from ignite_tf.pipeline.spec import SpecError, parse_spec
