@@ -58,6 +58,8 @@ from ignite_tf.runstore.credentials import environment_credentials
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
+FOLLOWERS_JOIN_S = 5.0
+"""How long a supervisor that released its cluster waits, in all, for its pods' log streams to end."""
 STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
@@ -312,8 +314,11 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
+            # One bound for all: a stream of a pod that serves no log (a simulated node) ends only with its read
+            # timeout, and 64 such followers joined 5 s each kept a stopped supervisor alive for minutes.
+            deadline = time.monotonic() + FOLLOWERS_JOIN_S
             for t in self.followers.values():
-                t.join(timeout=5)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
         except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
