@@ -202,11 +202,11 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
     gc.disable()  # its passes over the imports' objects cost 15% of the import; the server makes no garbage
     light = [m for m in modules if m not in HEAVY]
     for name in light:
-        _load(name)
+        load(name)
     helper = _start_hook(*hook) if hook else None
     for name in modules:
         if name not in light:
-            _load(name)
+            load(name)
     if helper is not None:
         helper.join(HOOK_TIMEOUT_S)
         if helper.is_alive():  # never fork beside a running thread
@@ -242,7 +242,8 @@ def serve(requests: int, replies: int, modules: list[str], hook: tuple[str, list
                 _reply(replies, {"pid": pid})
 
 
-def _load(name: str) -> None:
+def load(name: str) -> None:
+    """Import ``name``; ``"module:function"`` is imported and the function called (what a server preloads)."""
     module, _, call = name.partition(":")
     loaded = importlib.import_module(module)
     if call:

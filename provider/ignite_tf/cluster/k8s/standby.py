@@ -77,10 +77,7 @@ def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]
 # -- the pod's side --------------------------------------------------------------------------------------------
 def preload() -> None:
     for name in forkserver.PRELOAD:
-        module, _, call = name.partition(":")
-        loaded = importlib.import_module(module)
-        if call:
-            getattr(loaded, call)()
+        forkserver.load(name)
 
 
 def warm(argv: list[str]) -> None:
