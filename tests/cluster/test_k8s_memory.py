@@ -167,3 +167,60 @@ def test_a_model_in_the_jobs_own_folder_is_counted(tmp_path):
     import sys
 
     assert str(tmp_path) not in sys.path
+
+
+def _oomkilled_pod(name: str, limit: str):
+    from kubernetes import client as k8s
+
+    terminated = k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled")
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name),
+        spec=k8s.V1PodSpec(node_name="real-0", containers=[k8s.V1Container(
+            name="task", resources=k8s.V1ResourceRequirements(limits={"memory": limit}))]),
+        status=k8s.V1PodStatus(phase="Failed", container_statuses=[k8s.V1ContainerStatus(
+            name="task", image="img:1", image_id="", ready=False, restart_count=0,
+            state=k8s.V1ContainerState(terminated=terminated))]))
+
+
+@pytest.mark.parametrize("resources", [{}, {"limits": {"memory": "368Mi"}}])
+def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_restart(resources, tmp_path):
+    """The rule of ``PodBackend`` on an OOMKilled pod (the real kill and restart on the node:
+    tests/cluster/test_k8s_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
+    per attempt however many of its pods were killed; at a limit the user set, nothing changes."""
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import build_spec
+    from tests.runstore.test_remote_run import Recorder
+
+    assert objects.CONTAINER == "task"
+    spec = build_spec(cluster_id="oom1", cache="c", mode="sync", workers=2, run_dir=tmp_path / "run",
+                      job={"command": ["python", "train.py"]})
+    backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none", "resources": resources}), "ns",
+                         "img:1", core=Recorder())
+    backend.owner = {"name": "oom1", "uid": "uid-1"}
+    backend.memory = backend.memory_estimate = "368Mi"
+    events: list[str] = []
+    backend.event = events.append
+    for task, name in zip(spec.tasks, ("oom1-worker-0-0", "oom1-worker-1-0"), strict=True):  # both in one attempt
+        backend.current[task.name] = name
+        backend.pods[name] = _oomkilled_pod(name, "368Mi")
+    seen = [backend.observe(task, starting=False) for task in spec.tasks]
+    assert [o.exit_code for o in seen] == [137, 137]
+    grown = f"{math.ceil(368 * OOM_GROWTH / 16) * 16}Mi"
+    if resources:
+        assert backend.memory == "368Mi" and not events
+        assert "raise kubernetes.resources.limits.memory" in seen[0].detail
+        return
+    assert backend.memory == grown == "560Mi" and len(events) == 1 and "OOMKilled" in events[0]
+    assert all("OOMKilled at its memory limit 368Mi" in o.detail and "a restart's pods get 560Mi" in o.detail
+               for o in seen)
+    backend.start(spec.tasks[0], 1)
+    body = backend.core.created[-1][1]
+    assert body["spec"]["containers"][0]["resources"]["limits"]["memory"] == "560Mi"
+    assert body["spec"]["containers"][0]["resources"]["requests"]["memory"] == "560Mi"
+    name = "oom1-worker-0-1"  # the restart's pod (the pods above were not made by this backend)
+    backend.current[spec.tasks[0].name] = name
+    backend.pods[name] = _oomkilled_pod(name, "560Mi")  # killed again: grown from the limit it had
+    backend.observe(spec.tasks[0], starting=False)
+    assert backend.memory == f"{math.ceil(560 * OOM_GROWTH / 16) * 16}Mi" == "848Mi"

@@ -27,6 +27,7 @@ import concurrent.futures
 import dataclasses
 import importlib
 import json
+import math
 import os
 import sys
 import threading
@@ -65,6 +66,10 @@ OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
 STANDBY_ASK_S = 2.0  # how often a restarted attempt's epochs are asked for before its next warm generation
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
+# A task OOMKilled at the estimated limit: the pods made after it get this many times that limit. The estimate
+# is measured on 2 CPUs and a first attempt; a restarted task or a larger node may need more, and a restart at
+# the same limit would be killed again at the same point (issue 24: a restored attempt, at its final save).
+OOM_GROWTH = 1.5
 
 
 def pod_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
@@ -114,6 +119,7 @@ class PodBackend(Backend):
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
         self.memory = ""
         self.memory_estimate = ""
+        self.memory_grown: set[str] = set()  # pods OOMKilled at an estimated limit, already counted
         # Placement is recorded once the workers are scheduled: for the affinity's result, and with any
         # placement where Ignite's pods are known, for the map that measured locality needs (ignite_nodes).
         self.placement_done = settings.placement is Placement.NONE and not settings.ignite_selector
@@ -606,6 +612,8 @@ class PodBackend(Backend):
     def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
         pod = self._pod(task)
         code = self._exit_code(task, pod)
+        if code not in (None, 0):
+            self._grow_memory_after_oom(pod)
         up = starting and code is None and pod is not None and any(
             c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         return Observation(task.name, code, up=up,
@@ -638,9 +646,36 @@ class PodBackend(Backend):
             return f"{where}: {pod.status.reason or pod.status.phase} {pod.status.message or ''}".strip()
         if term.reason == "OOMKilled":
             limit = _memory_limit(pod)
+            if pod.metadata.name in self.memory_grown:
+                return (f"{where}: OOMKilled at its memory limit {limit} (estimate {self.memory_estimate}); "
+                        f"a restart's pods get {self.memory}")
             return (f"{where}: OOMKilled at its memory limit {limit} (estimate {self.memory_estimate}); "
                     f"raise kubernetes.resources.limits.memory or lower batch_size")
         return f"{where}: {term.reason or 'terminated'}"
+
+    def _grow_memory_after_oom(self, pod) -> None:
+        """A pod OOMKilled at a limit the estimate chose (no memory in ``kubernetes.resources``): the pods made
+        from now on get ``OOM_GROWTH`` times its limit, and the warm standby pods, made at the old limit, are
+        replaced. A limit the user set is theirs to change (the failure says so)."""
+        term = _terminated(pod) if pod is not None else None
+        if term is None or term.reason != "OOMKilled" or pod.metadata.name in self.memory_grown:
+            return
+        given = self.settings.resources
+        if any("memory" in (given.get(kind) or {}) for kind in ("requests", "limits")):
+            return
+        self.memory_grown.add(pod.metadata.name)
+        old = parse_mib(_memory_limit_quantity(pod)) or parse_mib(self.memory) or 0.0
+        grown = int(math.ceil(old * OOM_GROWTH / 16) * 16)
+        if grown <= (parse_mib(self.memory) or 0.0):
+            return  # a pod of the same attempt, at the same limit, already grew it
+        self.memory = f"{grown}Mi"
+        self.event(f"pod {pod.metadata.name} OOMKilled at its estimated memory limit {old:.0f}Mi (estimate "
+                   f"{self.memory_estimate}): the pods made from now on get {self.memory} (x{OOM_GROWTH})")
+        if self.standby_pods:
+            names = [n for n, _ in self.standby_pods.values()]
+            self.standby_pods = {}
+            self._delete(names, 0)
+            self.event(f"standby: warm pods {', '.join(names)} made at the old memory limit deleted")
 
     def _waiting_reason(self, task: ClusterTask) -> str:
         pod = self._pod(task)
@@ -743,13 +778,19 @@ def _terminated(pod):
     return None
 
 
-def _memory_limit(pod) -> str:
+def _memory_limit_quantity(pod) -> str | None:
     for c in pod.spec.containers:
         if c.name == objects.CONTAINER and c.resources and c.resources.limits:
-            limit = c.resources.limits.get("memory")
-            mib = parse_mib(limit)
-            return f"{limit} ({mib:.0f} MiB)" if mib else str(limit)
-    return "(none)"
+            return c.resources.limits.get("memory")
+    return None
+
+
+def _memory_limit(pod) -> str:
+    limit = _memory_limit_quantity(pod)
+    if limit is None:
+        return "(none)"
+    mib = parse_mib(limit)
+    return f"{limit} ({mib:.0f} MiB)" if mib else str(limit)
 
 
 def _short(exc: Exception) -> str:
