@@ -185,6 +185,10 @@ def test_forking_is_wanted_only_where_no_gpu_is_initialised_at_import(tmp_path, 
                                                                                            ["--serve"])
     assert forkserver.module_of(["python", "train.py"]) is None
     assert forkserver.module_of(["/other/python", "-m", "ignite_tf.runtime"]) is None
+    # A pod's command names the image's Python: any python* by its file name (the standby's test of a command).
+    assert forkserver.module_of(["/usr/bin/python3.11", "-m", "m", "x"], python=None) == ("m", ["x"])
+    assert forkserver.module_of(["/usr/bin/java", "-m", "m"], python=None) is None
+    assert forkserver.module_of(["python", "train.py"], python=None) is None
 
 
 @pytest.mark.parametrize("how", ["auto", "off"])

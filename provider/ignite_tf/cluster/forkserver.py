@@ -83,11 +83,14 @@ def wanted(env: dict[str, str]) -> bool:
     return cpu_only or not any(glob.glob(pattern) for pattern in GPU_DEVICES)
 
 
-def module_of(argv: list[str]) -> tuple[str, list[str]] | None:
-    """``(module, args)`` of ``[this Python, -m, module, *args]``, the only commands forked; else None."""
-    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m":
-        return argv[2], list(argv[3:])
-    return None
+def module_of(argv: list[str], python: str | None = sys.executable) -> tuple[str, list[str]] | None:
+    """``(module, args)`` of ``[python, -m, module, *args]``, the only commands forked; else None. ``python``:
+    the interpreter ``argv[0]`` must be (default this one); None: any ``python*`` by its file name (a pod's, whose
+    command names the image's Python)."""
+    if len(argv) < 3 or argv[1] != "-m":
+        return None
+    runs = argv[0] == python if python is not None else argv[0].rpartition("/")[2].startswith("python")
+    return (argv[2], list(argv[3:])) if runs else None
 
 
 class ForkedTask:

@@ -63,9 +63,7 @@ def generation_of(pod_hostname: str) -> int:
 def command(argv: list[str]) -> list[str] | None:
     """The standby's command for a task's ``argv``, or None when that task cannot wait warm (not ``python -m
     MODULE ...``: a user command)."""
-    if len(argv) >= 3 and argv[0].rpartition("/")[2].startswith("python") and argv[1] == "-m":
-        return [argv[0], "-m", MODULE, "--", *argv]
-    return None
+    return [argv[0], "-m", MODULE, "--", *argv] if forkserver.module_of(argv, python=None) else None
 
 
 def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]:
