@@ -224,3 +224,40 @@ def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_resta
     backend.pods[name] = _oomkilled_pod(name, "560Mi")  # killed again: grown from the limit it had
     backend.observe(spec.tasks[0], starting=False)
     assert backend.memory == f"{math.ceil(560 * OOM_GROWTH / 16) * 16}Mi" == "848Mi"
+
+
+def test_a_replaced_pod_supervisor_keeps_a_limit_grown_after_an_oomkill(tmp_path):
+    """A pod supervisor that replaces one (``PodBackend.adopt``) re-estimates, but the pods it adopts carry the
+    limit grown after an OOMKill: its own new pods get that limit, not the estimate again."""
+    from types import SimpleNamespace
+
+    from kubernetes import client as k8s
+
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.k8s.pods import PodBackend
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import build_spec
+    from tests.runstore.test_remote_run import Recorder
+
+    spec = build_spec(cluster_id="oom2", cache="c", mode="sync", workers=1, run_dir=tmp_path / "run",
+                      job={"command": ["python", "train.py"]})
+    adopted = _oomkilled_pod("oom2-worker-0-1", "560Mi")
+    adopted.status = k8s.V1PodStatus(phase="Running")
+    adopted.metadata.labels = {objects.LABEL_TASK: "worker-0", objects.LABEL_ATTEMPT: "1"}
+    adopted.metadata.annotations = {objects.ANNOTATION_CLUSTER_ATTEMPT: "1"}
+
+    class Core(Recorder):
+        def list_namespaced_pod(self, namespace, **kwargs):
+            return SimpleNamespace(items=[adopted])
+
+    backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none"}), "ns", "img:1", core=Core(),
+                         owner={"name": "oom2", "uid": "uid-1"})
+    events: list[str] = []
+    backend.event = events.append
+    assert backend.adopt(SimpleNamespace(launcher={"owner_uid": "uid-1"})) == 1
+    backend._create_objects()  # as prepare does, after adopt
+    assert backend.memory_estimate != "560Mi" and backend.memory == "560Mi"
+    assert any("560Mi" in e and "kept" in e for e in events)
+    backend.start(spec.tasks[0], 2)
+    body = backend.core.created[-1][1]
+    assert body["spec"]["containers"][0]["resources"]["limits"]["memory"] == "560Mi"

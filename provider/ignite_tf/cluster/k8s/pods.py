@@ -120,6 +120,7 @@ class PodBackend(Backend):
         self.memory = ""
         self.memory_estimate = ""
         self.memory_grown: set[str] = set()  # pods OOMKilled at an estimated limit, already counted
+        self.memory_adopted = ""  # the largest limit of a replaced pod supervisor's pods (``adopt``)
         # Placement is recorded once the workers are scheduled: for the affinity's result, and with any
         # placement where Ignite's pods are known, for the map that measured locality needs (ignite_nodes).
         self.placement_done = settings.placement is Placement.NONE and not settings.ignite_selector
@@ -183,6 +184,9 @@ class PodBackend(Backend):
         given = objects.resources(self.settings, est.quantity())
         self.memory = given["limits"]["memory"]
         self.event(est.describe())
+        if (parse_mib(self.memory_adopted) or 0.0) > (parse_mib(self.memory) or 0.0):
+            self.memory = self.memory_adopted
+            self.event(f"memory: the re-adopted pods' limit {self.memory} (grown after an OOMKill) kept for new pods")
         if given["limits"]["memory"] != est.quantity() or given["requests"]["memory"] != est.quantity():
             self.event(f"memory set by kubernetes.resources: request {given['requests']['memory']}, limit "
                        f"{given['limits']['memory']} (estimate {est.quantity()})")
@@ -729,6 +733,9 @@ class PodBackend(Backend):
             self.attempts[task], self.current[task] = n, pod.metadata.name
             attempt = max(attempt, int((pod.metadata.annotations or {}).get(objects.ANNOTATION_CLUSTER_ATTEMPT, 0)))
         self.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
+        # A limit grown after an OOMKill (``_grow_memory_after_oom``) is the adopted pods' own: kept for the next.
+        self.memory_adopted = max((_memory_limit_quantity(p) or "" for p in pods), key=lambda q: parse_mib(q) or 0.0,
+                                  default="")
         self.placement_done = True  # recorded by the supervisor that placed them
         self.event(f"supervisor restarted: re-adopting pods {', '.join(sorted(self.current.values())) or '(none)'} "
                    f"(cluster attempt {attempt})")
