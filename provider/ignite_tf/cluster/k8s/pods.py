@@ -652,7 +652,7 @@ class PodBackend(Backend):
             limit = _memory_limit(pod)
             if pod.metadata.name in self.memory_grown:
                 return (f"{where}: OOMKilled at its memory limit {limit} (estimate {self.memory_estimate}); "
-                        f"a restart's pods get {self.memory}")
+                        f"a restart's pods get {self.memory}, or set kubernetes.resources.limits.memory")
             return (f"{where}: OOMKilled at its memory limit {limit} (estimate {self.memory_estimate}); "
                     f"raise kubernetes.resources.limits.memory or lower batch_size")
         return f"{where}: {term.reason or 'terminated'}"
