@@ -191,6 +191,9 @@ def test_forking_is_wanted_only_where_no_gpu_is_initialised_at_import(tmp_path, 
     assert forkserver.module_of(["python", "train.py"], python=None) is None
 
 
+EPOCHS = 8  # enough that the tasks still run when the cluster is seen RUNNING (their parents are read then)
+
+
 @pytest.mark.parametrize("how", ["auto", "off"])
 def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, tmp_path, run_root, monkeypatch):
     """Two sync workers train for real; with the fork server both are children of one server process that
@@ -211,7 +214,7 @@ def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, 
         monkeypatch.setattr(PartitionMap, "discover", discover_once_the_server_runs)
     launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
     state = start_cluster(cache, {"entry_point": "ignite_tf.models:tabular_classifier",
-                                  "args": ["--epochs", "30", "--batch-size", "32", "--label-column", "label"]},
+                                  "args": ["--epochs", str(EPOCHS), "--batch-size", "32", "--label-column", "label"]},
                           conn=ignite_conn, launcher=launcher, mode="sync", workers=2, cluster_id=cluster_id)
     wait_for(lambda: launcher.status(state.cluster_id).status is Status.RUNNING, timeout=300, what="running")
     running = launcher.status(state.cluster_id)
@@ -226,7 +229,7 @@ def test_training_tasks_are_forked_from_one_import_unless_off(how, ignite_conn, 
         assert parent.pid == running.supervisor_pid
     final = launcher.wait(state.cluster_id, timeout=300)
     assert final.status is Status.SUCCEEDED, launcher.tail(state.cluster_id, 40)
-    assert [e["epoch"] for e in launcher.store.epochs(state.cluster_id)][-1] == 30
+    assert [e["epoch"] for e in launcher.store.epochs(state.cluster_id)][-1] == EPOCHS
     wait_for(lambda: not psutil.pid_exists(parent.pid) or parent.status() == psutil.STATUS_ZOMBIE, timeout=15,
              what="the fork server to end with its cluster")
     assert_nothing_left(state.cluster_id, final.run_dir)

@@ -88,8 +88,10 @@ def test_silent_task_is_stopped_by_the_watchdog(launcher, ignite_conn, data_cach
 def test_tf_worker_failing_mid_epoch_ends_the_job(launcher, ignite_conn, data_cache, hang):
     """A 2-worker sync job whose worker 1 raises (or hangs) mid-epoch ends with the documented code."""
     command = [sys.executable, "raisejob.py", *(["--hang"] if hang else [])]
-    state = start(launcher, ignite_conn, data_cache, command, max_restarts=1, progress_timeout_s=30,
-                  startup_deadline_s=300)
+    # The watchdog counts from a task's first block read, so 15 s is far above one small step even on a busy
+    # machine; a hung task ignores SIGTERM, so the grace period before SIGKILL is only waited out: 1 s.
+    state = start(launcher, ignite_conn, data_cache, command, max_restarts=1, progress_timeout_s=15,
+                  startup_deadline_s=300, grace_period_s=1)
     final = launcher.wait(state.cluster_id, timeout=540)
     assert final.status is Status.FAILED, launcher.tail(state.cluster_id, 40)
     out = launcher.output(state.cluster_id)[0]  # the chief's (worker-0's) output and the supervisor's events
