@@ -24,7 +24,7 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              locally as the launcher planned it and as the workers' readers measured it (``ClusterState.
              measured_locality``: rows served by an Ignite pod on the worker's own node); goal: measured >= 95%.
 
-``--smoke``: 2,000 rows, 3 epochs, each part once (see ``bench/harness.py``).
+``--smoke``: 2,000 rows, 4 epochs (3 after the first one, which the deleted pod must interrupt), each part once (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -141,25 +141,31 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     selector = f"{LABEL_CLUSTER}={cluster_id},{LABEL_TASK}=worker-1"
     t0 = time.monotonic()
     try:
-        while not launcher.status(cluster_id).epochs:
-            if launcher.status(cluster_id).status.final or time.monotonic() - t0 > TIMEOUT_S:
+        # The victim is known before the first epoch ends, so the deletion follows its record at once (one
+        # state read a poll): the epochs left after it must outlast the deletion, or no restart is measured.
+        victim = None
+        while True:
+            state = launcher.status(cluster_id)
+            if victim is None:
+                pods = core.list_namespaced_pod(settings["namespace"], label_selector=selector).items
+                victim = pods[0].metadata.name if pods else None
+            if state.epochs and victim is not None:
+                break
+            if state.status.final or time.monotonic() - t0 > TIMEOUT_S:
                 raise RuntimeError(f"resume: no epoch recorded:\n{launcher.tail(cluster_id, 30)}")
-            time.sleep(0.2)
-        before = launcher.status(cluster_id).epochs
-        victim = core.list_namespaced_pod(settings["namespace"], label_selector=selector).items[0].metadata.name
+            time.sleep(0.1)
+        before = state.epochs
         deleted_wall, deleted = time.time(), time.monotonic()
         core.delete_namespaced_pod(victim, settings["namespace"])
-        gone_s = next_s = resumed_at = None
-        while next_s is None or gone_s is None:
+        gone_s = None
+        while gone_s is None or not next_epoch(state.epochs, deleted_wall):
             if gone_s is None and not [p for p in core.list_namespaced_pod(
                     settings["namespace"], label_selector=selector).items if p.metadata.name == victim]:
                 gone_s = time.monotonic() - deleted
-            after = [e for e in launcher.status(cluster_id).epochs if float(e.get("time", 0)) > deleted_wall]
-            if after and next_s is None:
-                next_s, resumed_at = float(after[0]["time"]) - deleted_wall, after[0].get("epoch")
-            if launcher.status(cluster_id).status.final or time.monotonic() - deleted > TIMEOUT_S:
+            if state.status.final or time.monotonic() - deleted > TIMEOUT_S:
                 break
             time.sleep(0.1)
+            state = launcher.status(cluster_id)  # one read: its epochs and its status agree
         state = wait_cluster(launcher, cluster_id, poll_s=0.5)
     finally:
         if not launcher.status(cluster_id).status.final:
@@ -168,6 +174,9 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     found = timeline.marks(launcher.output(cluster_id)[0])
     moments = {name: round(found[name] - deleted_wall, 2) for name in RESUME_MOMENTS
                if found.get(name, 0) > deleted_wall}
+    # From the final state's epochs: a poll that saw the run end may have read them before the last one.
+    after = next_epoch(state.epochs, deleted_wall)
+    next_s, resumed_at = (float(after["time"]) - deleted_wall, after.get("epoch")) if after else (None, None)
     if next_s is not None:
         moments["next_epoch"] = round(next_s, 2)
     epoch_s = statistics.median(float(e["epoch_s"]) for e in state.epochs) if state.epochs else None
@@ -177,6 +186,11 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
             "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs), "moments": moments,
             "load": os.getloadavg()[0],
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
+
+
+def next_epoch(epochs: list[dict], deleted_wall: float) -> dict | None:
+    """The first epoch recorded after the deletion (its ``time`` is when the chief recorded it)."""
+    return next((e for e in epochs if float(e.get("time", 0)) > deleted_wall), None)
 
 
 def locality(conn, tmp: Path, settings: dict, cache: str) -> dict:
@@ -316,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the resume part once for each of these kubernetes.standby values (off, on)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 3, 5, 1, 2_000, 1
+        args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 4, 5, 1, 2_000, 1
     result = run(args, say_to_stderr(args.json and not args.smoke))
     report(args, table(result), result)
     return 0

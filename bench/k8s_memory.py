@@ -1,7 +1,8 @@
 """The memory estimate beside what tasks really use: two model sizes, in real pods and as local processes.
 
     .venv/bin/python bench/k8s_memory.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
-                                         [--namespace NAME] [--host-network] [--local-only] [--rows N]
+                                         [--namespace NAME] [--host-network] [--local-only | --pods-only]
+                                         [--rows N]
                                          [--epochs N] [--write-baseline]
 
 Loads a ``--rows`` (20,000) row cache of 16 float features and an integer label into Ignite (its own 2 local
@@ -23,7 +24,8 @@ cgroup is charged for only when it is the first on its node to read them). ``--w
 only, with a 3Gi limit that none reaches (so no page cache is reclaimed), and their peaks recorded as the
 estimate's baseline and bytes per parameter in ``ignite_tf/resources/tf_baseline.json`` (the ``process_*``
 keys of ``bench/tf_baseline_memory.py`` kept).
-``--local-only``: the local launcher only (no Kubernetes). ``--smoke``: 2,000 rows, 1 epoch, large =
+``--local-only``: the local launcher only (no Kubernetes); ``--pods-only``: the Kubernetes launcher only.
+``--smoke``: 2,000 rows, 1 epoch, large =
 hidden 512 (see ``bench/harness.py``).
 """
 
@@ -158,7 +160,7 @@ def run(args, say) -> list[dict]:
             conn = nodes.conn
             load(conn, CACHE, tabular(args.rows), key="id")
             plan = ShardPlan.build(PartitionMap.discover(conn, CACHE), 2)
-            for size, hidden in {} if args.write_baseline else sizes.items():
+            for size, hidden in {} if args.write_baseline or args.pods_only else sizes.items():
                 say(f"local {size} (hidden={hidden}) ...")
                 results += one(conn, "local", size, hidden, args.epochs, tmp, None, plan)
             if args.local_only:
@@ -191,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
     add_k8s_arguments(parser)
-    parser.add_argument("--local-only", action="store_true", help="the local launcher only, no Kubernetes")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--local-only", action="store_true", help="the local launcher only, no Kubernetes")
+    only.add_argument("--pods-only", action="store_true", help="the Kubernetes launcher only, no local processes")
     parser.add_argument("--write-baseline", action="store_true",
                         help="pods only, limit far above their peaks: record the baseline and bytes per parameter "
                              "the estimate uses in ignite_tf/resources/tf_baseline.json")
