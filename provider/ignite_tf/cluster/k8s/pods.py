@@ -316,8 +316,6 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
-            # One bound for all: a stream of a pod that serves no log (a simulated node) ends only with its read
-            # timeout, and 64 such followers joined 5 s each kept a stopped supervisor alive for minutes.
             self._end_followers(list(self.followers))
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
