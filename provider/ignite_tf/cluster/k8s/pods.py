@@ -306,7 +306,14 @@ class PodBackend(Backend):
             left = objects.leftovers(self.core, self.namespace, self.spec.cluster_id, supervisor=not self.in_pod)
             if not left or time.monotonic() > deadline:
                 return left
+            self._heartbeat()
             time.sleep(0.5)
+
+    def _heartbeat(self) -> None:
+        """While a stop or a release waits on the apiserver (a grace period, 64 pods ending): a supervisor that
+        records nothing for ``LOST_AFTER_S`` is taken for lost, and its stop for the launcher's."""
+        if self.host is not None:
+            self.host.save()
 
     def release(self) -> None:
         """Delete the owner (garbage-collecting everything) and wait until nothing of the cluster is left."""
@@ -591,6 +598,7 @@ class PodBackend(Backend):
             self.refresh()
             names = [n for n in names if n in self.pods and not _ended(self.pods[n])]
             if names:
+                self._heartbeat()
                 time.sleep(STOP_POLL_S)
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
@@ -610,6 +618,7 @@ class PodBackend(Backend):
         followers = [(n, self.followers[n]) for n in names if n in self.followers]
         for _, t in followers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._heartbeat()
         for name, t in followers:
             resp = self.streams.pop(name, None)
             if t.is_alive() and resp is not None:
