@@ -22,6 +22,7 @@ from ignite_tf.cluster.state import ExitCode, Status
 from ignite_tf.plan.shards import ShardPlan
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import (
+    GRACE_S,
     cluster_pods,
     end_pod,
     simulated_settings,
@@ -284,7 +285,7 @@ def test_killing_the_airflow_task_leaves_nothing(kube, ignite_conn, data_cache, 
         return TFClusterOperator(task_id="train", cache=data_cache, command=["python", "train.py"],
                                  job_dir=str(tmp_path / "job"),
                                  workers=2, launcher="kubernetes", kubernetes=simulated_settings(ns),
-                                 poll_interval=0.5, **kw)
+                                 poll_interval=0.5, supervision={"grace_period_s": GRACE_S}, **kw)
 
     op = operator()
     context = TaskContext(dag, "manual__deferred")
@@ -391,7 +392,8 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
         (job / "train.py").write_text("print('simulated')\n")
         started = time.monotonic()
         state = start_cluster(cache, {"command": ["python", "train.py"], "job_dir": str(job)}, conn=conn,
-                              plan=plan, run_root=tmp_path / "runs", launcher=launcher, startup_deadline_s=600)
+                              plan=plan, run_root=tmp_path / "runs", launcher=launcher, startup_deadline_s=600,
+                              grace_period_s=GRACE_S)
         cid = state.cluster_id
 
         def scheduled():
@@ -411,11 +413,13 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
     finally:
         try:
             if launcher is not None and cid is not None:
-                # About 60 s here: the supervisor's log streams of the 64 kwok pods (which serve no logs) end
-                # only with their read timeout, and the stop completes after them; hence the long limit.
+                # The log streams of the 64 kwok pods never end: the supervisor closes them after one bound
+                # for all (pods.FOLLOWERS_JOIN_S), so the stop is recorded by the supervisor itself, well
+                # before its state could be taken for lost (state.LOST_AFTER_S), and it then exits.
                 stopping = time.monotonic()
-                launcher.stop(cid, timeout=300)
+                stopped = launcher.stop(cid, timeout=120)
                 print(f"64 workers: stop {time.monotonic() - stopping:.1f}s")
+                assert (stopped.status, stopped.reason) == (Status.STOPPED, "stopped on request"), stopped.reason
         finally:
             for name in nodes:
                 try:

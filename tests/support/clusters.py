@@ -50,6 +50,9 @@ def assert_nothing_left(cluster_id: str, run_dir: str | Path | None = None, *, k
         core, ns = k8s
         wait_for(lambda: not objects.leftovers(core, ns, cluster_id), timeout or 90,
                  f"every object of {cluster_id} to be deleted", poll=0.5)
+        # A supervisor on this host (``supervisor: process``) ends too, not only its pods.
+        wait_for(lambda: not _host_processes_naming(cluster_id), timeout or 90,
+                 f"the host processes of {cluster_id} to end", poll=0.5)
         return
     deadline = time.monotonic() + (timeout or 15.0)
     while True:
@@ -61,3 +64,16 @@ def assert_nothing_left(cluster_id: str, run_dir: str | Path | None = None, *, k
             desc = [(p.pid, " ".join(p.cmdline())[:120]) for p in procs if p.is_running()]
             raise AssertionError(f"cluster {cluster_id} left processes {desc} and listening ports {ports}")
         time.sleep(0.2)
+
+
+def _host_processes_naming(cluster_id: str) -> list[tuple[int, str]]:
+    """This host's live processes whose command line names ``cluster_id`` (a Kubernetes cluster's supervisor
+    process: its spec path holds the id)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if cluster_id in cmdline:
+            found.append((proc.pid, cmdline[:160]))
+    return found

@@ -79,7 +79,8 @@ def k8s_ignite(k8s_cluster) -> list[str]:
 
 @pytest.fixture
 def k8s_namespace(k8s_cluster):
-    """A fresh namespace, deleted (and waited for) after the test."""
+    """A fresh namespace, deleted (and waited for) after the test. Its pods are deleted first without a grace
+    period: the namespace controller would delete them with theirs (30 s) and look again only after it."""
     from kubernetes.client.exceptions import ApiException
 
     core = k8s_cluster.core
@@ -94,6 +95,7 @@ def k8s_namespace(k8s_cluster):
 
     wait_for(has_default_sa, 60, f"the default service account in {name}")
     yield name
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     core.delete_namespace(name)
 
     def gone():

@@ -14,6 +14,7 @@ SIMULATED_IMAGE = "simulated/never-pulled:1"
 ON_SIMULATED = {local_k8s.NODE_KIND_LABEL: "simulated"}
 # Pods "run" by kwok: on a simulated node, tolerating the taint that keeps every other pod off them.
 SIMULATED_TOLERATIONS = [dict(local_k8s.SIMULATED_TOLERATION)]
+GRACE_S = 2  # the clusters' grace period (supervision.grace_period_s): what a stopped simulated pod waits out
 
 
 def use_local_k8s(monkeypatch, k8s_cluster) -> None:
@@ -37,6 +38,8 @@ def start(conn, cache, tmp_path, settings: dict, *, mode="sync", workers=2, comm
     (job_dir / "train.py").write_text("print('simulated')\n")
     launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
     kwargs.setdefault("startup_deadline_s", 120)
+    # A kwok pod ignores SIGTERM: each stop and restart deleting it waits out its whole grace period (10 s).
+    kwargs.setdefault("grace_period_s", GRACE_S)
     state = start_cluster(cache, {"command": list(command), "job_dir": str(job_dir)}, conn=conn, mode=mode,
                           workers=workers, run_root=tmp_path / "runs", launcher=launcher, **kwargs)
     return launcher, state

@@ -60,7 +60,8 @@ MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
 FOLLOWERS_JOIN_S = 5.0
-"""How long a supervisor that released its cluster waits, in all, for its pods' log streams to end."""
+"""How long a supervisor waits, in all, for the log streams of the pods it stopped (or released) to end; a stream
+still open then is closed (a pod on a simulated node serves one that never ends)."""
 STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
@@ -110,6 +111,7 @@ class PodBackend(Backend):
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
         self.followers: dict[str, threading.Thread] = {}
+        self.streams: dict[str, Any] = {}  # pod name -> its open log stream (urllib3 response)
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
@@ -314,7 +316,14 @@ class PodBackend(Backend):
             left = objects.leftovers(self.core, self.namespace, self.spec.cluster_id, supervisor=not self.in_pod)
             if not left or time.monotonic() > deadline:
                 return left
+            self._heartbeat()
             time.sleep(0.5)
+
+    def _heartbeat(self) -> None:
+        """While a stop or a release waits on the apiserver (a grace period, 64 pods ending): a supervisor that
+        records nothing for ``LOST_AFTER_S`` is taken for lost, and its stop for the launcher's."""
+        if self.host is not None:
+            self.host.save()
 
     def release(self) -> None:
         """Delete the owner (garbage-collecting everything) and wait until nothing of the cluster is left."""
@@ -324,11 +333,7 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
-            # One bound for all: a stream of a pod that serves no log (a simulated node) ends only with its read
-            # timeout, and 64 such followers joined 5 s each kept a stopped supervisor alive for minutes.
-            deadline = time.monotonic() + FOLLOWERS_JOIN_S
-            for t in self.followers.values():
-                t.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._end_followers(list(self.followers))
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
         except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
@@ -372,6 +377,7 @@ class PodBackend(Backend):
             try:
                 resp = self.core.read_namespaced_pod_log(name, self.namespace, container=objects.CONTAINER,
                                                          follow=True, _preload_content=False)
+                self.streams[name] = resp
                 with open(path, "ab") as f:
                     for chunk in resp.stream(1024):
                         if not self._following.is_set():
@@ -384,7 +390,10 @@ class PodBackend(Backend):
                         f.flush()
                         self.copied[name] = self.copied.get(name, 0) + len(chunk)
             except Exception as exc:  # noqa: BLE001 - a node without logs (simulated) must not stop us
-                sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
+                if name in self.streams:  # not closed by ``_end_followers``
+                    sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
+            finally:
+                self.streams.pop(name, None)
 
         thread = threading.Thread(target=copy, name=f"log-{name}", daemon=True)
         self.followers[name] = thread
@@ -599,6 +608,7 @@ class PodBackend(Backend):
             self.refresh()
             names = [n for n in names if n in self.pods and not _ended(self.pods[n])]
             if names:
+                self._heartbeat()
                 time.sleep(STOP_POLL_S)
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")
@@ -607,11 +617,23 @@ class PodBackend(Backend):
         names = [self.current[t.name] for t in tasks if t.name in self.current]
         self._delete(names, grace)
         self._wait_pods_ended(names, grace + 30)
-        for name in names:
-            follower = self.followers.get(name)
-            if follower is not None:
-                follower.join(timeout=5)
+        self._end_followers(names)
         return {}
+
+    def _end_followers(self, names: list[str]) -> None:
+        """Let the log streams of the ended pods ``names`` copy their last lines, within one bound for all, then
+        close those still open. Joined one by one (5 s each), 64 streams that never end (simulated nodes) kept
+        a stopping supervisor from its heartbeat for minutes, and it was taken for lost."""
+        deadline = time.monotonic() + FOLLOWERS_JOIN_S
+        followers = [(n, self.followers[n]) for n in names if n in self.followers]
+        for _, t in followers:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._heartbeat()
+        for name, t in followers:
+            resp = self.streams.pop(name, None)
+            if t.is_alive() and resp is not None:
+                resp.shutdown()  # unblocks the follower's read (urllib3 >= 2.3)
+                t.join(timeout=1)
 
     def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
         pod = self._pod(task)
