@@ -247,13 +247,14 @@ from ignite_tf.operators.tensorflow import TFClusterOperator
 with DAG("ignite_tf_test_execution_timeout", schedule=None) as dag:
     TFClusterOperator(task_id="train", cache={cache!r}, command=[sys.executable, {linejob!r}, "900", "0.1"],
                       job_dir={jobs!r}, workers=1, deferrable=False, poll_interval=0.5,
-                      execution_timeout=timedelta(seconds=30))
+                      execution_timeout=timedelta(seconds=15))
 """
 
 
 def test_execution_timeout_stops_the_cluster_the_task_waits_for(cache, airflow_conn):
     """A real task run (``dag.test()``: Airflow's task runner enforces ``execution_timeout`` and calls
-    ``on_kill``) of a task waiting in its worker for a 90 s training."""
+    ``on_kill``) of a task waiting in its worker for a 90 s training; the 15 s timeout leaves the launch of its one
+    line-printing task (a second or two) ample time to end first."""
     import importlib.util
     import os
     from pathlib import Path

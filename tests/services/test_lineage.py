@@ -17,7 +17,7 @@ import json
 import uuid
 from pathlib import Path
 
-from tests.support.airflow_services import wait_parsed
+from tests.support.airflow_services import add_spec, wait_parsed
 from tests.support.polling import wait_for
 
 PRODUCER, RETRAIN = "ignite_tf_test_lineage_load", "ignite_tf_test_lineage_retrain"
@@ -94,8 +94,8 @@ def test_new_rows_start_the_retraining_run_and_every_stage_reports_its_lineage(a
     new_rows.to_csv(csv, index=False)
     schema = {c: ("int64" if c == "id" else "int32" if c == "label" else "float32") for c in new_rows.columns}
     (root / "dags" / "expectations" / suite).write_text(SUITE)
-    (root / "dags" / "specs" / f"lineage_{tag}.yaml").write_text(
-        SPEC.format(dag_id=RETRAIN, cache=cache, rows=SEED_ROWS, suite=suite, model=model))
+    add_spec(root, f"lineage_{tag}.yaml", SPEC.format(dag_id=RETRAIN, cache=cache, rows=SEED_ROWS, suite=suite,
+                                                   model=model))
     (root / "dags" / f"lineage_producer_{tag}.py").write_text(
         PRODUCER_DAG.format(dag_id=PRODUCER, cache=cache, csv=str(csv), schema=schema))
     try:

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import psutil
 
-from tests.support.airflow_services import wait_parsed
+from tests.support.airflow_services import add_spec, wait_parsed
 from tests.support.clusters import assert_nothing_left
 
 DAG_ID = "ignite_tf_retry_reattach"
@@ -79,7 +79,7 @@ def test_killed_training_task_runner_is_retried_onto_its_running_cluster(airflow
     from ignite_tf.cluster.api import make_launcher
 
     svc, root = airflow_services
-    (root / "dags" / "specs" / "retry_reattach.yaml").write_text(SPEC)
+    add_spec(root, "retry_reattach.yaml", SPEC)
     wait_parsed(svc, DAG_ID)
     svc.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     run_id = svc.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None})["dag_run_id"]

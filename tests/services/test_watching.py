@@ -5,7 +5,8 @@ lines (``tests/jobs/linejob.py``: the log path is what is tested, so no TensorFl
 - the real triggerer process (its whole process session) SIGKILLed and started again while a training task is
   deferred: the run succeeds, and each of the chief's lines is in the task's log exactly once;
 - the sensor's deferred paths: success, and failure with the cluster's reason and the chief's last lines;
-- clearing the deferred sensor (Airflow calls its trigger's ``on_kill``) leaves the cluster running.
+- clearing the deferred sensor (Airflow calls its trigger's ``on_kill``) leaves the cluster running (its job
+  holds its end until the test has checked that: ``linejob.py --hold``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from airflow.sdk import DAG
 from ignite_tf.operators.tensorflow import TFClusterOperator
 from ignite_tf.sensors.tf_cluster import TFClusterSensor
 
-JOB = [{python!r}, {linejob!r}, "{{{{ params.lines }}}}", "{{{{ params.interval }}}}", "{{{{ params.status }}}}"]
-PARAMS = {{"lines": 40, "interval": 0.25, "status": 0}}
+JOB = [{python!r}, {linejob!r}, "{{{{ params.lines }}}}", "{{{{ params.interval }}}}", "{{{{ params.status }}}}",
+       "--hold={{{{ params.hold }}}}"]
+PARAMS = {{"lines": 40, "interval": 0.25, "status": 0, "hold": ""}}
 
 with DAG({train!r}, schedule=None, params=PARAMS):
     TFClusterOperator(task_id="train", cache={cache!r}, command=JOB, job_dir={jobs!r}, workers=1, max_restarts=0,
@@ -107,7 +109,7 @@ def test_a_killed_and_restarted_triggerer_logs_each_chief_line_once(services, ig
     from ignite_tf.cluster.api import make_launcher
 
     svc, _ = services
-    run_id = trigger_run(svc, TRAIN_DAG, lines=160, interval=0.25)
+    run_id = trigger_run(svc, TRAIN_DAG, lines=80, interval=0.25)
     trigger_logs = lambda: task_logs(svc, TRAIN_DAG, run_id, "train", "attempt=1.log.trigger.*.log")  # noqa: E731
     wait_for(lambda: ti_state(svc, TRAIN_DAG, run_id, "train") == "deferred", 300, "the training task deferred",
              poll=1, errors=BUSY)
@@ -123,7 +125,7 @@ def test_a_killed_and_restarted_triggerer_logs_each_chief_line_once(services, ig
                                 "xcomEntries/return_value?deserialize=true")["value"]
     launcher = make_launcher(ignite_conn)
     chief = chief_lines(launcher.output(result["cluster_id"])[0].splitlines())
-    assert len(chief) == 160
+    assert len(chief) == 80
     files = trigger_logs()
     assert len(files) == 2, f"one trigger log per triggerer: {files}"
     per_triggerer = [chief_lines(events(f)) for f in files]
@@ -138,20 +140,24 @@ def test_clearing_the_deferred_sensor_leaves_the_cluster_running_and_it_then_suc
 
     svc, _ = services
     launcher = make_launcher(ignite_conn)
-    run_id = trigger_run(svc, SENSOR_DAG, lines=120, interval=0.25)
-    wait_for(lambda: ti_state(svc, SENSOR_DAG, run_id, "watch") == "deferred", 300, "the sensor deferred", poll=1,
-             errors=BUSY)
-    cluster_id = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/start/"
-                                    "xcomEntries/cluster_id?deserialize=true")["value"]
-    assert not launcher.status(cluster_id).status.final
+    hold = svc.home / f"release_{uuid.uuid4().hex}"  # the job runs until the test has seen the clear leave it
+    run_id = trigger_run(svc, SENSOR_DAG, lines=20, interval=0.25, hold=str(hold))
+    try:
+        wait_for(lambda: ti_state(svc, SENSOR_DAG, run_id, "watch") == "deferred", 300, "the sensor deferred",
+                 poll=1, errors=BUSY)
+        cluster_id = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/start/"
+                                        "xcomEntries/cluster_id?deserialize=true")["value"]
+        assert not launcher.status(cluster_id).status.final
 
-    svc.request("POST", f"/api/v2/dags/{SENSOR_DAG}/clearTaskInstances",
-                {"dry_run": False, "only_failed": False, "task_ids": ["watch"], "dag_run_id": run_id})
-    on_kill = "it only watched TensorFlow cluster"
-    wait_for(lambda: any(on_kill in p.read_text(errors="replace") for p in (svc.home / "logs").rglob("*.log")
-                         if f"run_id={run_id}" in str(p)) or on_kill in svc.log("triggerer").read_text(), 120,
-             "the sensor's trigger killed by the clear (on_kill)", poll=1)
-    assert not launcher.status(cluster_id).status.final, "clearing the sensor stopped the cluster it watches"
+        svc.request("POST", f"/api/v2/dags/{SENSOR_DAG}/clearTaskInstances",
+                    {"dry_run": False, "only_failed": False, "task_ids": ["watch"], "dag_run_id": run_id})
+        on_kill = "it only watched TensorFlow cluster"
+        wait_for(lambda: any(on_kill in p.read_text(errors="replace") for p in (svc.home / "logs").rglob("*.log")
+                             if f"run_id={run_id}" in str(p)) or on_kill in svc.log("triggerer").read_text(), 120,
+                 "the sensor's trigger killed by the clear (on_kill)", poll=1)
+        assert not launcher.status(cluster_id).status.final, "clearing the sensor stopped the cluster it watches"
+    finally:
+        hold.touch()
 
     assert wait_run(svc, SENSOR_DAG, run_id) == "success"
     watch = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/watch")

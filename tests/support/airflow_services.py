@@ -215,6 +215,16 @@ def start_project_services(root: Path, ignite_conn, rows: int = 2000) -> tuple[A
     return svc, root
 
 
+def add_spec(root: Path, name: str, text: str) -> Path:
+    """Write the YAML spec ``name`` into the services' dags/specs and touch pipelines.py, the file that loads
+    the specs: the DAG processor parses a file changed since its last parse at once, an unchanged one only at
+    its next round (``min_file_process_interval``, 30 s)."""
+    path = root / "dags" / "specs" / name
+    path.write_text(text)
+    (root / "dags" / "pipelines.py").touch()
+    return path
+
+
 def wait_parsed(svc: AirflowServices, dag_id: str, timeout: float = 180.0) -> dict:
     """The DAG once the DAG processor has parsed it."""
     deadline = time.monotonic() + timeout

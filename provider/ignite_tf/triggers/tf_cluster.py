@@ -8,9 +8,12 @@ Two things outlive one trigger instance:
 
 - **How far the chief's output was logged.** Airflow re-creates a trigger from the kwargs it was deferred with,
   so an offset kept in the trigger alone started over after a triggerer restart. The offset of each ``watcher``
-  (one task try: its log is one file set) is kept in the state store after each poll's lines are logged, and
-  the next instance of that watcher's trigger starts there. Recording follows logging, so a triggerer killed
-  in the few milliseconds between the two logs that one poll's lines again rather than skipping them.
+  (one task try: its log is one file set) is kept in the state store as each poll's lines are logged, and
+  the next instance of that watcher's trigger starts there. A poll's lines are logged once their offset is
+  recorded, and a cancelled trigger (what Airflow does to a trigger it moves to another triggerer or stops)
+  finishes both first: each line is logged exactly once. Only a triggerer killed outright in the moment
+  between recording and logging loses that poll's lines from the task's log (at most once: a user reading
+  the log is never shown a line twice; every line stays in the run's log, ``ignite-tf attach``).
 - **Who owns the cluster.** Only the trigger of the task that launched the cluster (``owns_cluster``) stops it
   when a user kills the task (marks it failed/success or clears it: Airflow calls ``on_kill``); a sensor's
   trigger only watches.
@@ -84,16 +87,28 @@ class TFClusterTrigger(BaseTrigger):
             except Exception as exc:  # noqa: BLE001 - an unknown cluster or unreachable store ends the watch
                 yield self._watch_failed(exc)
                 return
-            for line in text.splitlines():
-                self.log.info("%s", line)
             if end != offset:
                 offset = end
-                # After the lines are logged: a restart between the two repeats them rather than losing them.
-                await asyncio.to_thread(self._keep_offset, offset)
+                await self._record_then_log(text, end)
             if not alive:
                 yield TriggerEvent(event_for(state, self.launcher))
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def _record_then_log(self, text: str, end: int) -> None:
+        """Record ``end`` for the next instance, then log the lines before it: each line once.
+
+        Cancelled while recording (Airflow moving or stopping the trigger), it still finishes both; awaiting the
+        recording's thread alone would let a cancel drop a recording not yet started while its lines were logged.
+        """
+        recording = asyncio.ensure_future(asyncio.to_thread(self._keep_offset, end))
+        try:
+            await asyncio.shield(recording)
+        finally:
+            if not recording.done():
+                await recording
+            for line in text.splitlines():
+                self.log.info("%s", line)
 
     def _start_offset(self) -> int:
         """Where this watcher's previous trigger instance stopped logging (a triggerer restart), else ``offset``."""
