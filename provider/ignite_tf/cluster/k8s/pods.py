@@ -69,7 +69,8 @@ STANDBY_ASK_S = 2.0  # how often a restarted attempt's epochs are asked for befo
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 # A task OOMKilled at the estimated limit: the pods made after it get this many times that limit. The estimate
 # is measured on 2 CPUs and a first attempt; a restarted task or a larger node may need more, and a restart at
-# the same limit would be killed again at the same point (issue 24: a restored attempt, at its final save).
+# the same limit would be killed again at the same point (issue 24: a restored attempt's peak climbed while it
+# trained, on both workers, until the kernel killed it at the estimate).
 OOM_GROWTH = 1.5
 
 
