@@ -59,7 +59,7 @@ INPUT_RESOURCES = {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}
 RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
 RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_running", "process_started",
                   "entry_started", "code_fetched", "standby_go", "runtime_started", "tf_imported", "strategy_ready", "all_up",
-                  "fit_start")
+                  "fit_start", "train_begin", "epoch_begin", "first_step")
 PARTS = ("startup", "input", "resume", "locality")
 GOALS = {"kubernetes_vs_local": 1.3, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ignite_tf import contract
+from ignite_tf import contract, timeline
 from ignite_tf.contract import ENV_ATTEMPT, ENV_CLUSTER_ID
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class EpochReporter:
         self._t0 = time.monotonic()
         self._store = self._writer = None
         self._epoch = 0
+        self._stepped = False
         self.epochs_run = 0  # epochs this task trained (a restart trains only those not backed up)
         self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
         if info.is_chief and self._cluster_id:
@@ -58,6 +59,8 @@ class EpochReporter:
             on_epoch_end=self.on_epoch_end, on_train_batch_end=self.on_train_batch_end, _supports_tf_logs=True)
 
     def on_train_begin(self, logs=None):
+        # The last callback: every other one's start (the backup's restore) is done.
+        timeline.mark("train_begin", show=self.info.is_chief)
         if self.info.is_chief:
             self._writer = self.tf.summary.create_file_writer(str(self.tb_dir / "train"))
 
@@ -66,11 +69,16 @@ class EpochReporter:
             self._writer.close()
 
     def on_epoch_begin(self, epoch, logs=None):
+        if not self.epochs_run:
+            timeline.mark("epoch_begin", show=self.info.is_chief)
         self._t0 = time.monotonic()
         contract.report(f"epoch {epoch + 1} began", force=True)
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
+        if not self._stepped:
+            self._stepped = True
+            timeline.mark("first_step", show=self.info.is_chief)
         contract.report(f"epoch {self._epoch + 1} step {batch + 1}")
 
     def on_epoch_end(self, epoch, logs=None):

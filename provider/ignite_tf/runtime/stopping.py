@@ -17,6 +17,12 @@
   restores; a task of an older attempt that is still running (a pod in its grace period) sees a newer
   number at its next epoch's end and ends before it backs up or reports that epoch.
 
+- **Platform**: TensorFlow's handler asks, when it is made inside ``fit``, whether it runs on Google Cloud: an HTTP
+  request to the metadata server, by a name a cluster's DNS may take seconds to refuse (2 s on the local
+  Kubernetes, whose CoreDNS forwards it to an upstream it cannot reach: 2 s of every start and restart of a
+  pod). ``probe_platform`` asks the same question in a thread from the task's start (a warm standby pod asks
+  while it waits), and the handler takes that answer.
+
 The backup stays a local folder here: a run store that keeps it elsewhere pulls it (with ``ATTEMPT_FILE``)
 at the start of ``train``, before ``claim``, and pushes it after ``claim`` and after each backup
 (``on_backup``, also called after the backup on SIGTERM).
@@ -27,6 +33,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,14 +111,58 @@ def _mirror_chief_backup(backup_dir: Path, strat, info: TaskInfo) -> None:
 
 def _allow_save_before_preemption(strat) -> None:
     """tf_keras enables ``save_before_preemption`` on GCP only (``support_on_demand_checkpoint_callback``);
-    the handler it makes works on any MultiWorkerMirroredStrategy cluster with the coordination service."""
+    the handler it makes works on any MultiWorkerMirroredStrategy cluster with the coordination service.
+    The handler's own question whether this is Google Cloud is answered by ``probe_platform``."""
     import tensorflow as tf
+    from tensorflow.python.distribute.failure_handling import failure_handling_util
     from tf_keras.src.distribute import worker_training_state
 
     def supported(strategy) -> bool:
         return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
     worker_training_state.support_on_demand_checkpoint_callback = supported
+    failure_handling_util.on_gcp = on_google_cloud
+
+
+GCE_METADATA_ENV = "GCE_METADATA_IP"
+"""TensorFlow's variable for the metadata server's address (default ``metadata.google.internal``)."""
+METADATA_TIMEOUT_S = 5.0  # TensorFlow's own bound for the same request
+_probe: dict[str, object] = {}
+
+
+def probe_platform() -> None:
+    """Start asking, in a daemon thread, whether this task runs on Google Cloud, as TensorFlow's preemption
+    handler asks (its metadata server answers ``instance/hostname``); a second call does nothing."""
+    if "done" in _probe:
+        return
+    done = _probe["done"] = threading.Event()
+
+    def ask() -> None:
+        _probe["answer"] = _metadata_answers()
+        done.set()
+
+    threading.Thread(target=ask, name="ignite-tf-platform", daemon=True).start()
+
+
+def on_google_cloud() -> bool:
+    """The answer of ``probe_platform`` (started now if it was not), waiting for it if it is still asked."""
+    probe_platform()
+    _probe["done"].wait(METADATA_TIMEOUT_S + 1)
+    return bool(_probe.get("answer", False))
+
+
+def _metadata_answers() -> bool:
+    import urllib.error
+    import urllib.request
+
+    host = os.environ.get(GCE_METADATA_ENV, "metadata.google.internal")
+    request = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/hostname",
+                                     headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=METADATA_TIMEOUT_S) as response:
+            return response.status == 200
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
 
 
 def _fence(tf_keras, backup_dir: Path):

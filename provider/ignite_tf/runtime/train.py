@@ -151,6 +151,8 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     import ignite_tf.data as itd
 
     info = task_info(mode)
+    if info.type is not None and info.mode is Mode.SYNC:
+        stopping.probe_platform()  # beside the imports and the backup's read, not inside fit
     if info.serves:
         raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
     if epochs < 1 or batch_size < 1:
