@@ -184,3 +184,38 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
     assert launcher.status(stopped).status is Status.STOPPED
     for cid in (bounded, stopped):
         assert_nothing_left(cid, k8s=(core, ns), timeout=120)
+
+
+def test_a_missing_namespace_or_an_image_the_node_cannot_get_is_said_at_once(deployed, tmp_path):
+    """`ignite-tf start --launcher kubernetes` into a namespace that does not exist, then with an image the node
+    does not have (pull policy Never, as on the local Kubernetes): each ends with an error naming the input and
+    what to do (create the namespace; push the image and set kubernetes.image), within seconds rather than the
+    state's timeout, and leaves no pod, Deployment or other object of the cluster. Real: the apiserver's 404, the
+    kubelet's ErrImageNeverPull. Simulated: nothing."""
+    core, ns, conn, run_root, exports = deployed
+    cache = f"sup_err_{uuid.uuid4().hex[:6]}"
+    home = tmp_path / "launcher"
+    env = _bare_env(exports, home)
+    from ignite_tf_dev import demo_data
+
+    demo_data.tabular(200, seed=3).to_csv(home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    (home / "job").mkdir()
+    (home / "job" / "train.py").write_text(TRAIN_PY)
+    missing = f"{ns}-missing"
+    for k8s, expected in (({}, [f"namespace {missing!r} does not exist", f"kubectl create namespace {missing}"]),
+                          ({"image": "localhost/ignite-tf-task:no-such-tag"},
+                           ["ErrImageNeverPull", "localhost/ignite-tf-task:no-such-tag", "kubernetes.image"])):
+        cid = f"k8s-err-{uuid.uuid4().hex[:6]}"
+        namespace = missing if not k8s else ns
+        start = _cli(["start", "--launcher", "kubernetes", "--namespace", namespace, "--k8s", json.dumps(k8s),
+                      "--workers", "2", "--id", cid, cache, "job", "python", "train.py"], env=env, cwd=home)
+        out, _ = start.communicate(timeout=300)
+        assert start.returncode != 0, out[-3000:]
+        assert all(text in out for text in expected), out[-3000:]
+        assert "Traceback" not in out, out[-3000:]
+        assert_nothing_left(cid, k8s=(core, ns))
+        state = make_launcher(conn).find(cid)
+        assert state is None or state.status.final, state

@@ -98,6 +98,10 @@ def ensure_rbac(api_client, namespace: str) -> None:
                 if body["kind"] == "Role":
                     _update_role(rbac, namespace, body)
                 continue
+            if exc.status == 404:  # the namespace: a ServiceAccount is its first object we make
+                raise ConfigError(
+                    f"Kubernetes namespace {namespace!r} does not exist: create it (`kubectl create namespace "
+                    f"{namespace}`) or set kubernetes.namespace to an existing one") from None
             if exc.status == 403:
                 raise ConfigError(
                     f"the Kubernetes launcher may not create the supervisor's {body['kind']} "
@@ -239,16 +243,40 @@ def wait_recorded(store: StateStore, core, spec: ClusterSpec, namespace: str, ow
                   timeout: float) -> ClusterState:
     """The state the supervisor pod recorded for the root ``owner_uid``; on timeout, why its pod is not up."""
     deadline = time.monotonic() + timeout
+    next_look = time.monotonic() + POD_LOOK_S
+    selector = f"{objects.LABEL_SUPERVISOR_OF}={spec.cluster_id}"
     while time.monotonic() < deadline:
         state = store.get(spec.cluster_id)
         if state is not None and (state.launcher or {}).get("owner_uid") == owner_uid:
             return state
+        if time.monotonic() >= next_look:  # an image the node cannot get never starts: say so now, not at the end
+            next_look = time.monotonic() + POD_LOOK_S
+            stuck = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                     if _waiting_reason(p) in IMAGE_ERRORS]
+            if stuck:
+                objects.delete_owner(core, namespace, spec.cluster_id)
+                raise ConfigError(
+                    f"the supervisor pod of cluster {spec.cluster_id} cannot start: {_pod_status(stuck[0])}. The "
+                    f"image ({stuck[0].spec.containers[0].image}) must be one the nodes can pull: push it to a "
+                    f"registry and set kubernetes.image (or, on the local Kubernetes, `make image` imports it)")
         time.sleep(0.2)
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{objects.LABEL_SUPERVISOR_OF}={spec.cluster_id}")
+    pods = core.list_namespaced_pod(namespace, label_selector=selector)
     why = "; ".join(_pod_status(p) for p in pods.items) or "no supervisor pod (see the Deployment's events)"
     objects.delete_owner(core, namespace, spec.cluster_id)
     raise IgniteTFError(f"the supervisor pod of cluster {spec.cluster_id} did not record its state in "
                         f"{timeout:.0f}s: {why}")
+
+
+POD_LOOK_S = 2.0
+IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
+"""A container's waiting reasons that no wait mends: the node cannot get the image."""
+
+
+def _waiting_reason(pod) -> str | None:
+    for cs in pod.status.container_statuses or []:
+        if cs.state and cs.state.waiting:
+            return cs.state.waiting.reason
+    return None
 
 
 def _pod_status(pod) -> str:
