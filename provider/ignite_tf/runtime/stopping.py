@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ignite_tf import contract
-from ignite_tf.contract import ENV_ATTEMPT, STOPPED_EXIT_CODE
+from ignite_tf.contract import ENV_ATTEMPT, STOPPED_EXIT_CODE, Mode
 
 if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
@@ -130,10 +130,11 @@ METADATA_TIMEOUT_S = 5.0  # TensorFlow's own bound for the same request
 _probe: dict[str, object] = {}
 
 
-def probe_platform() -> None:
+def probe_platform(info: TaskInfo | None = None) -> None:
     """Start asking, in a daemon thread, whether this task runs on Google Cloud, as TensorFlow's preemption
-    handler asks (its metadata server answers ``instance/hostname``); a second call does nothing."""
-    if "done" in _probe:
+    handler asks (its metadata server answers ``instance/hostname``); a second call does nothing. Given the
+    task's ``info``, only for a task whose handler will ask (a sync worker of a cluster)."""
+    if "done" in _probe or (info is not None and (info.type is None or info.mode is not Mode.SYNC)):
         return
     done = _probe["done"] = threading.Event()
 

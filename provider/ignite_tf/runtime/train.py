@@ -144,15 +144,13 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     :returns: ``{"start_epoch", "epochs", "epochs_run" (trained by this call), "metrics" (last epoch),
         "model_dir" (chief), "chief", "evaluation" (chief, with a held-out split: ``ignite_tf.runtime.evaluation``)}``.
 
-    SIGTERM ends the task within ``contract.STOP_DEADLINE_S``, a sync cluster's workers after a backup at the
-    current step; the backup is kept after training, so a restart of a finished training trains nothing
-    (``ignite_tf.runtime.stopping``).
+    SIGTERM ends the task within ``contract.STOP_DEADLINE_S``, a sync worker after a backup at the current step;
+    the backup is kept, so a restart of a finished training trains nothing (``ignite_tf.runtime.stopping``).
     """
     import ignite_tf.data as itd
 
     info = task_info(mode)
-    if info.type is not None and info.mode is Mode.SYNC:
-        stopping.probe_platform()  # beside the imports and the backup's read, not inside fit
+    stopping.probe_platform(info)  # beside the imports and the backup's read, not inside fit
     if info.serves:
         raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
     if epochs < 1 or batch_size < 1:
