@@ -621,20 +621,25 @@ class PodBackend(Backend):
         self._end_followers(names)
         return {}
 
-    def _end_followers(self, names: list[str]) -> None:
-        """Let the log streams of the ended pods ``names`` copy their last lines, within one bound for all, then
-        close those still open. Joined one by one (5 s each), 64 streams that never end (simulated nodes) kept
-        a stopping supervisor from its heartbeat for minutes, and it was taken for lost."""
-        deadline = time.monotonic() + FOLLOWERS_JOIN_S
+    def _end_followers(self, names: list[str], wait_s: float = FOLLOWERS_JOIN_S) -> None:
+        """Let the log streams of the pods ``names`` copy their last lines, within ``wait_s`` for all, then close
+        those still open and wait for their followers, within one second for all. Joined one by one (5 s each),
+        64 streams that never end (simulated nodes) kept a stopping supervisor from its heartbeat for minutes,
+        and it was taken for lost."""
+        deadline = time.monotonic() + wait_s
         followers = [(n, self.followers[n]) for n in names if n in self.followers]
         for _, t in followers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         self._heartbeat()
+        closed = []
         for name, t in followers:
             resp = self.streams.pop(name, None)
             if t.is_alive() and resp is not None:
                 resp.shutdown()  # unblocks the follower's read (urllib3 >= 2.3)
-                t.join(timeout=1)
+                closed.append(t)
+        deadline = time.monotonic() + 1.0
+        for t in closed:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
         pod = self._pod(task)
@@ -768,8 +773,9 @@ class PodBackend(Backend):
         """Leave the pods to the next supervisor: stop copying logs (it goes on from ``copied``)."""
         self.handed_over = True
         self._following.clear()
-        for t in self.followers.values():
-            t.join(timeout=2)
+        # The pods run on, so their streams never end by themselves: closed at once, and a chunk being copied
+        # then is counted before ``followed`` is recorded.
+        self._end_followers(list(self.followers), wait_s=0.0)
         if self.host is not None:
             self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
 
