@@ -28,7 +28,6 @@ start as before.
 
 from __future__ import annotations
 
-import importlib
 import os
 import runpy
 import sys
@@ -84,7 +83,7 @@ def warm(argv: list[str]) -> None:
     store's client modules (s3fs and its botocore: a second or more of the backup's first read). A failure is
     only reported: the task meets it again and reports it itself."""
     hook = forkserver.HOOKS.get(argv[2])
-    for what, step in ((hook, lambda: _call(hook, argv[3:])),
+    for what, step in ((hook, lambda: forkserver.call_hook(hook, argv[3:])),
                        ("the run store's client", lambda: _store_client(os.environ.get(ENV_RUN_STORE, "")))):
         if what is None:
             continue
@@ -92,11 +91,6 @@ def warm(argv: list[str]) -> None:
             step()
         except BaseException as exc:  # noqa: BLE001 - see above
             print(f"standby: {what} failed ({type(exc).__name__}: {exc}); the task does it itself", flush=True)
-
-
-def _call(target: str, args: list[str]) -> None:
-    module, _, name = target.partition(":")
-    getattr(importlib.import_module(module), name)(args)
 
 
 def _store_client(url: str) -> None:
