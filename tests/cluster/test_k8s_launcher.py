@@ -342,14 +342,14 @@ def test_a_handed_over_supervisor_closes_its_pods_log_streams_at_once(kube, tmp_
 
         def following():
             backend.refresh()  # follows each pod whose container runs
-            return len(backend.streams) == n
+            return len(backend.logs.streams) == n
 
         wait_for(following, 60, f"{n} log streams open", poll=0.5)
         started = time.monotonic()
         backend.hand_over()
         took = time.monotonic() - started
         assert took < 3.0, f"hand-over took {took:.1f}s"
-        assert not backend.streams and not [t for t in backend.followers.values() if t.is_alive()]
+        assert not backend.logs.streams and not [t for t in backend.logs.followers.values() if t.is_alive()]
     finally:
         objects.delete_owner(core, ns, cid)
     assert_nothing_left(cid, k8s=(core, ns))
@@ -455,7 +455,7 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
         try:
             if launcher is not None and cid is not None:
                 # The log streams of the 64 kwok pods never end: the supervisor closes them after one bound
-                # for all (pods.FOLLOWERS_JOIN_S), so the stop is recorded by the supervisor itself, well
+                # for all (podlogs.FOLLOWERS_JOIN_S), so the stop is recorded by the supervisor itself, well
                 # before its state could be taken for lost (state.LOST_AFTER_S), and it then exits.
                 stopping = time.monotonic()
                 stopped = launcher.stop(cid, timeout=120)

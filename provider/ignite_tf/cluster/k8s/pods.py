@@ -9,10 +9,8 @@ Pending pod, an image that cannot be pulled) for the start-up deadline's message
 limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
 behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
-Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
-Airflow task log show), so logs outlive the pods (a pod supervisor records in the state how many bytes of each
-pod's log it copied, so that its successor goes on from there: ``adopt``); with an object-store run root the
-supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
+Every pod's output is streamed into ``<run>/logs/<task>.log`` (``ignite_tf.cluster.k8s.podlogs``), so logs
+outlive the pods; with an object-store run root the supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
 volume of the run: each works in its own staging folder (``objects.POD_RUN_DIR``), takes the shard plan and the
 shipped code from its start files (``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store
 (``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
@@ -39,6 +37,7 @@ from typing import Any
 from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.k8s import client, objects, placement, standby, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
+from ignite_tf.cluster.k8s.podlogs import PodLogs
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
@@ -59,9 +58,6 @@ from ignite_tf.runstore.credentials import environment_credentials
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
-FOLLOWERS_JOIN_S = 5.0
-"""How long a supervisor waits, in all, for the log streams of the pods it stopped (or released) to end; a stream
-still open then is closed (a pod on a simulated node serves one that never ends)."""
 STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
@@ -101,17 +97,13 @@ class PodBackend(Backend):
         self.in_pod = owner is not None
         self.survives_supervisor = self.in_pod
         self.handed_over = False
-        self.copied: dict[str, int] = {}  # pod name -> bytes of its log copied (recorded: ``followed``)
-        self._following = threading.Event()
-        self._following.set()
         self.settings, self.namespace, self.image = settings, namespace, image
         self.command_for = pod_command
         self.attempts: dict[str, int] = {}
         self.current: dict[str, str] = {}  # task -> its pod's name
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
-        self.followers: dict[str, threading.Thread] = {}
-        self.streams: dict[str, Any] = {}  # pod name -> its open log stream (urllib3 response)
+        self.logs = PodLogs(namespace, self._heartbeat)  # a pod supervisor records ``logs.followed`` in the state
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
@@ -327,7 +319,7 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
-            self._end_followers(list(self.followers))
+            self.logs.end()
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
         except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
@@ -345,14 +337,14 @@ class PodBackend(Backend):
                 self._owner_checked = 0.0  # a pod deleted behind our back: first see whether the owner went
             if pod is None:
                 continue
-            if objects.pod_started(pod) and pod.metadata.name not in self.followers:
-                self._follow(task, pod.metadata.name)
+            if objects.pod_started(pod):
+                self.logs.follow(self.core, pod.metadata.name, self.spec.log_path(task))
             if task is self.spec.chief:
                 self._mark_chief(pod)
         self._record_placement()
         self.warm.keep()
         if self.in_pod and self.host is not None:
-            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+            self.host.state.launcher["followed"] = self.logs.followed(self.pods)
 
     def _mark_chief(self, pod) -> None:
         """The chief pod's scheduling and start, as this poll saw them, in the start-up's timeline."""
@@ -361,38 +353,6 @@ class PodBackend(Backend):
             if reached and (pod.metadata.name, moment) not in self.marked and self.host is not None:
                 self.marked.add((pod.metadata.name, moment))
                 self.host.mark(moment)
-
-    def _follow(self, task: ClusterTask, name: str) -> None:
-        """Copy the pod's log into the task's log file from where the last supervisor left it (``copied``)."""
-        path = self.spec.log_path(task)
-        skip = self.copied.setdefault(name, 0)
-
-        def copy():
-            nonlocal skip
-            try:
-                resp = self.core.read_namespaced_pod_log(name, self.namespace, container=objects.CONTAINER,
-                                                         follow=True, _preload_content=False)
-                self.streams[name] = resp
-                with open(path, "ab") as f:
-                    for chunk in resp.stream(1024):
-                        if not self._following.is_set():
-                            return  # handed over: the successor copies from ``copied`` on
-                        if skip:
-                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
-                            if not chunk:
-                                continue
-                        f.write(chunk)
-                        f.flush()
-                        self.copied[name] = self.copied.get(name, 0) + len(chunk)
-            except Exception as exc:  # noqa: BLE001 - a node without logs (simulated) must not stop us
-                if name in self.streams:  # not closed by ``_end_followers``
-                    sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
-            finally:
-                self.streams.pop(name, None)
-
-        thread = threading.Thread(target=copy, name=f"log-{name}", daemon=True)
-        self.followers[name] = thread
-        thread.start()
 
     def _record_placement(self) -> None:
         if self.placement_done:
@@ -524,28 +484,8 @@ class PodBackend(Backend):
         names = [self.current[t.name] for t in tasks if t.name in self.current]
         self.delete(names, grace)
         self._wait_pods_ended(names, grace + 30)
-        self._end_followers(names)
+        self.logs.end(names)
         return {}
-
-    def _end_followers(self, names: list[str], wait_s: float = FOLLOWERS_JOIN_S) -> None:
-        """Let the log streams of the pods ``names`` copy their last lines, within ``wait_s`` for all, then close
-        those still open and wait for their followers, within one second for all. Joined one by one (5 s each),
-        64 streams that never end (simulated nodes) kept a stopping supervisor from its heartbeat for minutes,
-        and it was taken for lost."""
-        deadline = time.monotonic() + wait_s
-        followers = [(n, self.followers[n]) for n in names if n in self.followers]
-        for _, t in followers:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._heartbeat()
-        closed = []
-        for name, t in followers:
-            resp = self.streams.pop(name, None)
-            if t.is_alive() and resp is not None:
-                resp.shutdown()  # unblocks the follower's read (urllib3 >= 2.3)
-                closed.append(t)
-        deadline = time.monotonic() + 1.0
-        for t in closed:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
         pod = self.task_pod(task)
@@ -658,7 +598,7 @@ class PodBackend(Backend):
                 continue
             self.attempts[task], self.current[task] = n, pod.metadata.name
             attempt = max(attempt, int((pod.metadata.annotations or {}).get(objects.ANNOTATION_CLUSTER_ATTEMPT, 0)))
-        self.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
+        self.logs.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
         # A limit grown after an OOMKill (``_grow_memory_after_oom``) is the adopted pods' own: kept for the next.
         self.memory_adopted = max((_memory_limit_quantity(p) or "" for p in pods), key=lambda q: parse_mib(q) or 0.0,
                                   default="")
@@ -668,14 +608,11 @@ class PodBackend(Backend):
         return attempt
 
     def hand_over(self) -> None:
-        """Leave the pods to the next supervisor: stop copying logs (it goes on from ``copied``)."""
+        """Leave the pods to the next supervisor: stop copying logs (it goes on from ``followed``)."""
         self.handed_over = True
-        self._following.clear()
-        # The pods run on, so their streams never end by themselves: closed at once, and a chunk being copied
-        # then is counted before ``followed`` is recorded.
-        self._end_followers(list(self.followers), wait_s=0.0)
+        self.logs.hand_over()
         if self.host is not None:
-            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+            self.host.state.launcher["followed"] = self.logs.followed(self.pods)
 
     def close(self) -> None:
         if not self.handed_over:
