@@ -25,6 +25,9 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              measured_locality``: rows served by an Ignite pod on the worker's own node); goal: measured >= 95%.
 
 ``--smoke``: 2,000 rows, 4 epochs (3 after the first one, which the deleted pod must interrupt), each part once (see ``bench/harness.py``).
+
+However it ends — done, an error, Ctrl-C or SIGTERM (a timeout's) — it leaves what a normal end leaves: every
+cluster it started stopped and its Kubernetes objects deleted, the tables it loaded dropped (``clean_up``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -62,6 +67,10 @@ RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_runni
                   "fit_start", "train_begin", "epoch_begin", "first_step")
 PARTS = ("startup", "input", "resume", "locality")
 GOALS = {"kubernetes_vs_local": 1.3, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
+CACHE = "k8s_deployed_bench"
+CLEAN_UP_S = 120.0  # for the Kubernetes objects of the clusters stopped or cut short to be gone
+IN_REQUEST = ("/pyignite/", "/urllib3/", "/kubernetes/", "/botocore/", "/aiobotocore/", "/s3fs/")
+RETRY_S = 0.05
 
 
 def startup(conn, tmp: Path, settings: dict, host_network: bool) -> dict:
@@ -216,30 +225,123 @@ def locality(conn, tmp: Path, settings: dict, cache: str) -> dict:
 
 
 def run(args, say) -> dict:
-    from ignite_tf_dev.demo_data import tabular
-
-    from ignite_tf.etl import load
-
-    cache = "k8s_deployed_bench"
     out: dict = {"rows": args.rows, "shape": "host network" if args.host_network else "deployed"}
     with tempfile.TemporaryDirectory(prefix="k8s-deployed-bench-") as name:
         tmp = Path(name)
         with ignite(args.ignite, tmp / "ignite", say) as nodes, kubernetes(args.kubeconfig, say):
             conn = nodes.conn
-            load(conn, cache, tabular(args.rows), key="id")
             settings = pod_settings(args.namespace, args.host_network)
-            parts = {"startup": lambda: startup(conn, tmp, settings, args.host_network),
-                     "input": lambda: input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
-                                                            args.input_warmup),
-                     "resume": lambda: {f"standby {mode}": resume(conn, tmp, {**settings, "standby": mode == "on"},
-                                                                  args.epochs, cache) for mode in args.standby},
-                     "locality": lambda: locality(conn, tmp, settings, cache)}
-            for part in args.parts:
-                say(f"{part} ...")
-                out[part] = parts[part]()
-                say(f"  {out[part]}")
+            try:
+                out.update(measure(args, conn, tmp, settings, say))
+            finally:
+                clean_up(conn, settings, say)
     out["goals"] = GOALS
     return out
+
+
+def measure(args, conn, tmp: Path, settings: dict, say) -> dict:
+    from ignite_tf_dev.demo_data import tabular
+
+    from ignite_tf.etl import load
+
+    out, cache = {}, CACHE
+    load(conn, cache, tabular(args.rows), key="id")
+    parts = {"startup": lambda: startup(conn, tmp, settings, args.host_network),
+             "input": lambda: input_rates(conn, tmp, settings, args.input_rows, args.steps, args.repeat,
+                                          args.input_warmup),
+             "resume": lambda: {f"standby {mode}": resume(conn, tmp, {**settings, "standby": mode == "on"},
+                                                          args.epochs, cache) for mode in args.standby},
+             "locality": lambda: locality(conn, tmp, settings, cache)}
+    for part in args.parts:
+        say(f"{part} ...")
+        out[part] = parts[part]()
+        say(f"  {out[part]}")
+    return out
+
+
+def clean_up(conn, settings: dict, say) -> None:
+    """What a normal end leaves, whatever ended the run: no cluster of this run still running, none of their
+    Kubernetes objects (waited for), none of the tables it loaded (the Ignite pods' data region is small). A
+    part cut short stops its own cluster; one cut short while its cluster started is found here by the
+    cluster's id, which carries this process's id, in the state store or, before its supervisor recorded a
+    state, on its objects: a stop request makes that supervisor stop as it starts. Objects still there after
+    ``CLEAN_UP_S`` (no supervisor came) are deleted through their root."""
+    from k8s_startup import CACHE as STARTUP_CACHE
+    from startup_input import STEPS_CACHE
+
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.launcher import LauncherKind
+    from ignite_tf.connection import sql
+
+    # A SIGTERM from now on (or one waiting for a request to end) must not cut the clean-up short.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    ours = re.compile(rf"-{os.getpid()}(-|$)")
+    namespace, core = settings["namespace"], core_v1()
+    store = make_launcher(conn).store
+    made = {(cm.metadata.labels or {}).get(objects.LABEL_CLUSTER, "") for cm in core.list_namespaced_config_map(
+        namespace, label_selector=objects.LABEL_CLUSTER).items}
+    clusters = sorted(c for c in {*store.ids(), *made} if ours.search(c))
+    for cluster_id in clusters:
+        state = store.get(cluster_id)
+        if state is not None and state.status.final:
+            continue
+        say(f"stopping cluster {cluster_id} ...")
+        try:
+            if state is None:
+                store.request_stop(cluster_id)
+            else:
+                kind = LauncherKind.parse((state.launcher or {}).get("kind"))
+                make_launcher(conn, store=store, kind=kind,
+                              kubernetes=settings if kind is LauncherKind.KUBERNETES else None).stop(cluster_id)
+        except Exception as exc:  # noqa: BLE001 - its objects are deleted below all the same
+            say(f"stopping {cluster_id} failed: {exc}")
+    # A stopped cluster is recorded as such before its supervisor has seen all its objects gone.
+    def remaining() -> dict[str, list[str]]:
+        return {c: x for c in clusters if (x := objects.leftovers(core, namespace, c))}
+
+    deadline = time.monotonic() + CLEAN_UP_S
+    while (left := remaining()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for cluster_id, what in left.items():
+        say(f"{cluster_id}: still there after {CLEAN_UP_S:.0f}s ({', '.join(what)}): deleting its root")
+        objects.delete_owner(core, namespace, cluster_id)
+    client = conn.client()
+    try:
+        for table in (CACHE, STARTUP_CACHE, STEPS_CACHE):
+            sql(client, f"DROP TABLE IF EXISTS {table.upper()}")
+    finally:
+        client.close()
+
+
+def end_on_sigterm() -> list[int]:
+    """SIGTERM (a timeout's, a kill) ends the bench the way Ctrl-C does, through its clean-up, not at once with
+    its clusters left running; returns the signals got. It is raised (``SystemExit``) where the main thread is
+    not inside a client's request (``IN_REQUEST``): a request cut midway leaves its connection out of step, and
+    the clean-up's calls on it could hang; until then it is tried again every ``RETRY_S``. A second SIGTERM
+    meanwhile is let pass (by a handler, not SIG_IGN, which the processes started by the clean-up would inherit)."""
+    got: list[int] = []
+
+    def in_request(frame) -> bool:
+        while frame is not None:
+            if any(part in frame.f_code.co_filename for part in IN_REQUEST):
+                return True
+            frame = frame.f_back
+        return False
+
+    def stop(signum, frame):
+        if not got:
+            got.append(signum)
+            signal.signal(signal.SIGTERM, lambda *_: None)
+        if in_request(frame):
+            signal.signal(signal.SIGALRM, lambda _signum, later: stop(signum, later))
+            signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+            return
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    return got
 
 
 def _f(value, spec: str = ".2f") -> str:
@@ -329,9 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby", type=lambda text: [m for m in text.split(",") if m], default=["off", "on"],
                         help="the resume part once for each of these kubernetes.standby values (off, on)")
     args = parser.parse_args(argv)
+    terminated = end_on_sigterm()
     if args.smoke:
         args.rows, args.epochs, args.steps, args.repeat, args.input_rows, args.input_warmup = 2_000, 4, 5, 1, 2_000, 1
-    result = run(args, say_to_stderr(args.json and not args.smoke))
+    try:
+        result = run(args, say_to_stderr(args.json and not args.smoke))
+    except BaseException as exc:
+        if not terminated:
+            raise
+        if not isinstance(exc, SystemExit):  # met on the way out: said, but the exit is the signal's
+            traceback.print_exc()
+        return 128 + terminated[0]
     report(args, table(result), result)
     return 0
 

@@ -114,3 +114,50 @@ def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     assert set(data["resume"]) == {"standby off", "standby on"}, data["resume"]
     for run in data["resume"].values():  # with the host network the standby pods are not used: both restart cold
         assert run["status"] == "succeeded" and run["next_epoch_s"] is not None, run
+
+
+@pytest.mark.k8s
+@pytest.mark.timeout(600)
+def test_k8s_deployed_bench_killed_leaves_nothing(ignite_conn, k8s_cluster, k8s_namespace):
+    """SIGTERM (what a timeout sends) to bench/k8s_deployed.py once its cluster's pods run: the bench stops the
+    cluster and ends, and nothing of it is left — no object of the cluster, its state final, the bench's table
+    dropped. Real: the bench process, its pods on the real node, the control plane (the session's Ignite nodes
+    on 127.0.0.1, so the tasks use the host network). Simulated: nothing; 60 epochs so that the cluster still
+    trains when the signal comes."""
+    import signal
+
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.state import Status
+    from tests.support.polling import wait_for
+
+    core, ns = k8s_cluster.core, k8s_namespace
+    proc = subprocess.Popen([sys.executable, str(BENCH / "k8s_deployed.py"), "--parts", "resume", "--standby", "off",
+                             "--rows", "2000", "--epochs", "60", "--ignite", ignite_conn.addresses_str,
+                             "--kubeconfig", k8s_cluster.kubeconfig, "--namespace", ns, "--host-network"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def training():
+            if proc.poll() is not None:
+                return "ended"
+            pods = core.list_namespaced_pod(ns, label_selector=objects.LABEL_TASK).items
+            return next((p.metadata.labels[objects.LABEL_CLUSTER] for p in pods if p.status.phase == "Running"
+                         and p.metadata.labels.get(objects.LABEL_CLUSTER, "").endswith(f"-{proc.pid}")), None)
+
+        cluster_id = wait_for(training, 300, "the bench's task pods Running", poll=0.5)
+        assert cluster_id != "ended", proc.communicate()[0][-4000:]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-4000:]
+    assert not objects.leftovers(core, ns, cluster_id), out[-4000:]  # already gone when the bench ended
+    state = make_launcher(ignite_conn).status(cluster_id)
+    assert state.status is Status.STOPPED, (state.status, state.reason)  # stopped, not trained to its end
+    client = ignite_conn.client()
+    try:
+        assert not [c for c in client.get_cache_names() if "k8s_deployed_bench" in c.lower()]
+    finally:
+        client.close()

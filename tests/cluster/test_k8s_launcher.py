@@ -314,6 +314,47 @@ def _swallow(fn, *args):
         pass
 
 
+def test_a_handed_over_supervisor_closes_its_pods_log_streams_at_once(kube, tmp_path):
+    """``PodBackend.hand_over`` (a pod supervisor replaced: the pods run on under the next one) with 16 pods whose
+    log streams never end. Real: the apiserver, the scheduler, the garbage collector, the log streams the backend
+    follows. Simulated (kwok): the pods (Running, a log that never ends). The hand-over closes the streams at
+    once, one bound for all (joined one by one, 2 s each, it took 32 s), and leaves no follower running."""
+    import time
+
+    from ignite_tf.cluster.k8s.pods import PodBackend
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import build_spec
+
+    core, ns = kube
+    n = 16
+    cid = f"handover-{os.getpid()}"
+    spec = build_spec(cluster_id=cid, cache="c", mode="sync", workers=n, run_dir=tmp_path / "run",
+                      job={"command": ["python", "train.py"], "job_dir": str(tmp_path)}, grace_period_s=GRACE_S)
+    spec.folder.logs.mkdir(parents=True)
+    settings = KubernetesSettings.parse(simulated_settings(ns))
+    made = core.create_namespaced_config_map(ns, objects.owner_manifest(spec, settings))
+    try:
+        backend = PodBackend(spec, settings, ns, settings.image, core=core,
+                             owner={"name": made.metadata.name, "uid": made.metadata.uid})
+        for task in spec.tasks:
+            backend.start(task, 0)
+        wait_running(core, ns, cid, [t.name for t in spec.tasks])
+
+        def following():
+            backend.refresh()  # follows each pod whose container runs
+            return len(backend.logs.streams) == n
+
+        wait_for(following, 60, f"{n} log streams open", poll=0.5)
+        started = time.monotonic()
+        backend.hand_over()
+        took = time.monotonic() - started
+        assert took < 3.0, f"hand-over took {took:.1f}s"
+        assert not backend.logs.streams and not [t for t in backend.logs.followers.values() if t.is_alive()]
+    finally:
+        objects.delete_owner(core, ns, cid)
+    assert_nothing_left(cid, k8s=(core, ns))
+
+
 def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_namespace):
     """Real: the apiserver validates docker/k8s/*.yaml (Ignite StatefulSet and Services, the launcher's and the
     pod supervisor's RBAC) with a server-side dry run; and the example settings parse as KubernetesSettings."""
@@ -414,7 +455,7 @@ def test_64_workers_are_placed_next_to_64_ignite_pods(k8s_cluster, k8s_ignite, k
         try:
             if launcher is not None and cid is not None:
                 # The log streams of the 64 kwok pods never end: the supervisor closes them after one bound
-                # for all (pods.FOLLOWERS_JOIN_S), so the stop is recorded by the supervisor itself, well
+                # for all (podlogs.FOLLOWERS_JOIN_S), so the stop is recorded by the supervisor itself, well
                 # before its state could be taken for lost (state.LOST_AFTER_S), and it then exits.
                 stopping = time.monotonic()
                 stopped = launcher.stop(cid, timeout=120)

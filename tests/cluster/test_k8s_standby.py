@@ -15,7 +15,7 @@ import pytest
 from ignite_tf.cluster.k8s import standby
 from ignite_tf.cluster.k8s.settings import KubernetesSettings
 from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
-from ignite_tf.contract import ENV_STATE_DIR, ENV_STATE_STORE
+from ignite_tf.contract import ENV_RUN_STORE, ENV_STATE_DIR, ENV_STATE_STORE
 from ignite_tf.errors import ConfigError
 
 PROBE = """import os, sys
@@ -82,3 +82,30 @@ def test_a_standby_ends_when_the_cluster_ended_without_it(tmp_path):
     proc = _waiter(tmp_path)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "NO GO" in out, out
+
+
+HOOKED = """SEEN = []
+def preload(args):
+    SEEN.append(list(args))
+    if "fail" in args:
+        raise ValueError("hook failed on purpose")
+"""
+
+
+def test_a_standby_calls_its_modules_fork_server_hook_with_the_tasks_arguments(tmp_path, monkeypatch, capsys):
+    """``warm`` calls the hook the fork server would call for the task's module (``forkserver.call_hook``), with
+    the task's arguments; a failing hook is only reported (the task meets it again). The hook is a probe module
+    named in ``forkserver.HOOKS`` for a probe task module."""
+    from ignite_tf.cluster import forkserver
+
+    (tmp_path / "standby_hook.py").write_text(HOOKED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(forkserver.HOOKS, "probe_task", "standby_hook:preload")
+    monkeypatch.delenv(ENV_RUN_STORE, raising=False)
+    standby.warm(["python", "-m", "probe_task", "--epochs", "3"])
+    standby.warm(["python", "-m", "probe_task", "fail"])
+    import standby_hook
+
+    assert standby_hook.SEEN == [["--epochs", "3"], ["fail"]]
+    out = capsys.readouterr().out
+    assert "standby: standby_hook:preload failed (ValueError: hook failed on purpose); the task does it itself" in out

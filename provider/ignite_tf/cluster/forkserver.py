@@ -260,12 +260,17 @@ def _name_process(name: str) -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
-def _start_hook(call: str, args: list[str]) -> threading.Thread:
+def call_hook(call: str, args: list[str]) -> None:
+    """Call a module's hook (``HOOKS``: ``"module:function"``) with the arguments of the task that runs it; a
+    warm standby pod calls it too (``ignite_tf.cluster.k8s.standby``)."""
     module, _, name = call.partition(":")
+    getattr(importlib.import_module(module), name)(args)
 
+
+def _start_hook(call: str, args: list[str]) -> threading.Thread:
     def run():
         try:
-            getattr(importlib.import_module(module), name)(args)
+            call_hook(call, args)
         except BaseException as exc:  # noqa: BLE001 - each task meets the same failure and reports it
             print(f"fork server: {call} failed ({type(exc).__name__}: {exc}); each task does it itself",
                   flush=True)

@@ -84,3 +84,15 @@ def core_v1(conn_id: str, environ=None):
     if not _flag(extras.get("disable_tcp_keepalive")):
         configuration.socket_options = list(KEEPALIVE)
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def error_message(exc: Exception) -> str:
+    """What a failed API call says in a line: the apiserver's message (an ``ApiException``'s body), else the
+    exception's first line."""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message", str(exc))
+        except (ValueError, AttributeError):
+            pass
+    return str(exc).splitlines()[0] if str(exc) else repr(exc)

@@ -227,3 +227,25 @@ def leftovers(core, namespace: str, cluster_id: str, supervisor: bool = True) ->
     out += [f"configmap/{c.metadata.name}"
             for c in core.list_namespaced_config_map(namespace, label_selector=selector).items]
     return out
+
+
+# -- what a pod's status says --------------------------------------------------------------------------------
+def pod_ready(pod) -> bool:
+    return pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def pod_started(pod) -> bool:
+    return any(cs.state and (cs.state.running or cs.state.terminated) for cs in pod.status.container_statuses or [])
+
+
+def pod_ended(pod) -> bool:
+    """Whether the pod's task process is dead: its container terminated, or the pod failed or succeeded."""
+    return pod_terminated(pod) is not None or pod.status.phase in ("Failed", "Succeeded")
+
+
+def pod_terminated(pod):
+    """The task container's ``terminated`` state (exit code, reason), or None while it has not ended."""
+    for cs in pod.status.container_statuses or []:
+        if cs.name == CONTAINER and cs.state and cs.state.terminated:
+            return cs.state.terminated
+    return None

@@ -9,10 +9,8 @@ Pending pod, an image that cannot be pulled) for the start-up deadline's message
 limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
 behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
 
-Every pod's output is streamed into ``<run>/logs/<task>.log`` (the chief's is what ``attach`` and the
-Airflow task log show), so logs outlive the pods (a pod supervisor records in the state how many bytes of each
-pod's log it copied, so that its successor goes on from there: ``adopt``); with an object-store run root the
-supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
+Every pod's output is streamed into ``<run>/logs/<task>.log`` (``ignite_tf.cluster.k8s.podlogs``), so logs
+outlive the pods; with an object-store run root the supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
 volume of the run: each works in its own staging folder (``objects.POD_RUN_DIR``), takes the shard plan and the
 shipped code from its start files (``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store
 (``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
@@ -39,9 +37,10 @@ from typing import Any
 from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.k8s import client, objects, placement, standby, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
+from ignite_tf.cluster.k8s.podlogs import PodLogs
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode, Role
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
 from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend, SetupError
 from ignite_tf.cluster.supervision.loop import Supervisor
@@ -59,13 +58,9 @@ from ignite_tf.runstore.credentials import environment_credentials
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5
 GONE_TIMEOUT_S = 60.0
-FOLLOWERS_JOIN_S = 5.0
-"""How long a supervisor waits, in all, for the log streams of the pods it stopped (or released) to end; a stream
-still open then is closed (a pod on a simulated node serves one that never ends)."""
 STOP_POLL_S = 0.1  # while stopped pods end: a restart waits on this
 OWNER_CHECK_S = 2.0
 DEADLINE_MARGIN_S = 60.0  # a pod's activeDeadlineSeconds beyond max_runtime: the supervisor stops it first
-STANDBY_ASK_S = 2.0  # how often a restarted attempt's epochs are asked for before its next warm generation
 LOST = 137  # the exit status of a pod that is gone without one: deleted, evicted, its node lost
 # A task OOMKilled at the estimated limit: the pods made after it get this many times that limit. The estimate
 # is measured on 2 CPUs and a first attempt; a restarted task or a larger node may need more, and a restart at
@@ -102,17 +97,13 @@ class PodBackend(Backend):
         self.in_pod = owner is not None
         self.survives_supervisor = self.in_pod
         self.handed_over = False
-        self.copied: dict[str, int] = {}  # pod name -> bytes of its log copied (recorded: ``followed``)
-        self._following = threading.Event()
-        self._following.set()
         self.settings, self.namespace, self.image = settings, namespace, image
         self.command_for = pod_command
         self.attempts: dict[str, int] = {}
         self.current: dict[str, str] = {}  # task -> its pod's name
         self.pods: dict[str, Any] = {}  # pod name -> V1Pod, as last listed
         self.ours_deleted: set[str] = set()
-        self.followers: dict[str, threading.Thread] = {}
-        self.streams: dict[str, Any] = {}  # pod name -> its open log stream (urllib3 response)
+        self.logs = PodLogs(namespace, self._heartbeat)  # a pod supervisor records ``logs.followed`` in the state
         self.marked: set[tuple[str, str]] = set()  # (pod, moment) of the chief's timeline written
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
@@ -132,14 +123,7 @@ class PodBackend(Backend):
         # The state store's variables every pod gets; None: this process's own (a supervisor's, from the Secret).
         self.store_env = store_env
         self.ignite_conn = ignite_conn  # for the memory estimate's row width; None: this process's IGNITE_TF_*
-        # Warm standby pods (``standby``): task -> (pod name, the environment it was made with), their generation,
-        # when it was made, and whether each attempt was handed to them.
-        self.standby_pods: dict[str, tuple[str, dict[str, str]]] = {}
-        self.standby_generation = 0
-        self.standby_made = 0.0
-        self.standby_use: dict[int, bool] = {}
-        self.standby_up_since: float | None = None  # when every task's pod was first seen up (unix time)
-        self.standby_asked = 0.0
+        self.warm = standby.WarmPods(self)  # a sync cluster's pods for its next restart (``kubernetes.standby``)
         if core is not None:
             self.__dict__["core"] = core
         if run_store is not None:  # the launcher's, for its head start (``make_first_attempt``)
@@ -166,7 +150,8 @@ class PodBackend(Backend):
         try:
             self._create_objects()
         except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
-            raise SetupError(f"creating the cluster's Kubernetes objects failed: {_short(exc)}") from exc
+            why = client.error_message(exc)
+            raise SetupError(f"creating the cluster's Kubernetes objects failed: {why}") from exc
 
     def _create_objects(self) -> None:
         if not self.in_pod:  # a pod supervisor's launcher made the root and the Secret
@@ -200,8 +185,8 @@ class PodBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - without placement the map only serves the measurement
                 if self.settings.placement is not Placement.NONE:
                     raise
-                self.event(f"Ignite pods ({self.settings.ignite_selector}) not listed: {_short(exc)}; "
-                           "measured locality is unknown")
+                self.event(f"Ignite pods ({self.settings.ignite_selector}) not listed: "
+                           f"{client.error_message(exc)}; measured locality is unknown")
                 hosts = {}
             # With placement none this is where the data is, not where the workers are sent (no affinity).
             self.wanted, self.ignite_nodes = placement.wanted_nodes(plan, hosts), hosts
@@ -334,7 +319,7 @@ class PodBackend(Backend):
         try:
             objects.delete_owner(self.core, self.namespace, self.spec.cluster_id)
             left = self._wait_gone()
-            self._end_followers(list(self.followers))
+            self.logs.end()
             self.event(f"Kubernetes objects of {self.spec.cluster_id} deleted" if not left
                        else f"still deleting after {GONE_TIMEOUT_S:.0f}s: {', '.join(left)}")
         except Exception as exc:  # noqa: BLE001 - report; the state must still be recorded
@@ -352,53 +337,22 @@ class PodBackend(Backend):
                 self._owner_checked = 0.0  # a pod deleted behind our back: first see whether the owner went
             if pod is None:
                 continue
-            if _started(pod) and pod.metadata.name not in self.followers:
-                self._follow(task, pod.metadata.name)
+            if objects.pod_started(pod):
+                self.logs.follow(self.core, pod.metadata.name, self.spec.log_path(task))
             if task is self.spec.chief:
                 self._mark_chief(pod)
         self._record_placement()
-        self._keep_standby()
+        self.warm.keep()
         if self.in_pod and self.host is not None:
-            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+            self.host.state.launcher["followed"] = self.logs.followed(self.pods)
 
     def _mark_chief(self, pod) -> None:
         """The chief pod's scheduling and start, as this poll saw them, in the start-up's timeline."""
-        for moment, reached in (("chief_scheduled", bool(pod.spec.node_name)), ("chief_running", _started(pod))):
+        for moment, reached in (("chief_scheduled", bool(pod.spec.node_name)),
+                                ("chief_running", objects.pod_started(pod))):
             if reached and (pod.metadata.name, moment) not in self.marked and self.host is not None:
                 self.marked.add((pod.metadata.name, moment))
                 self.host.mark(moment)
-
-    def _follow(self, task: ClusterTask, name: str) -> None:
-        """Copy the pod's log into the task's log file from where the last supervisor left it (``copied``)."""
-        path = self.spec.log_path(task)
-        skip = self.copied.setdefault(name, 0)
-
-        def copy():
-            nonlocal skip
-            try:
-                resp = self.core.read_namespaced_pod_log(name, self.namespace, container=objects.CONTAINER,
-                                                         follow=True, _preload_content=False)
-                self.streams[name] = resp
-                with open(path, "ab") as f:
-                    for chunk in resp.stream(1024):
-                        if not self._following.is_set():
-                            return  # handed over: the successor copies from ``copied`` on
-                        if skip:
-                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
-                            if not chunk:
-                                continue
-                        f.write(chunk)
-                        f.flush()
-                        self.copied[name] = self.copied.get(name, 0) + len(chunk)
-            except Exception as exc:  # noqa: BLE001 - a node without logs (simulated) must not stop us
-                if name in self.streams:  # not closed by ``_end_followers``
-                    sys.stdout.write(f"[ignite-tf] no log from pod {name}: {str(exc)[:200]}\n")
-            finally:
-                self.streams.pop(name, None)
-
-        thread = threading.Thread(target=copy, name=f"log-{name}", daemon=True)
-        self.followers[name] = thread
-        thread.start()
 
     def _record_placement(self) -> None:
         if self.placement_done:
@@ -421,12 +375,11 @@ class PodBackend(Backend):
         self.event(placement.describe(result))
 
     def start(self, task: ClusterTask, attempt: int) -> int:
-        if self._take_standby(task, attempt):
+        if self.warm.take(task, attempt):
             return 0
-        n = self.attempts.get(task.name, -1) + 1
-        self.attempts[task.name] = n
+        n = self.next_attempt(task)
         spec = self.pod_spec
-        body = self._pod_body(spec, task, n, self._pod_env(spec, task, attempt), self.command_for(spec, task))
+        body = self.pod_body(spec, task, n, self.pod_env(spec, task, attempt), self.command_for(spec, task))
         body["metadata"]["annotations"][objects.ANNOTATION_CLUSTER_ATTEMPT] = str(attempt)
         try:
             self.core.create_namespaced_pod(self.namespace, body)
@@ -437,7 +390,14 @@ class PodBackend(Backend):
         self.current[task.name] = body["metadata"]["name"]
         return 0
 
-    def _pod_env(self, spec: ClusterSpec, task: ClusterTask, attempt: int, ask_store: bool = True) -> dict[str, str]:
+    def next_attempt(self, task: ClusterTask) -> int:
+        """The number of ``task``'s next pod (its attempts, each restart of the task or of the cluster)."""
+        self.attempts[task.name] = self.attempts.get(task.name, -1) + 1
+        return self.attempts[task.name]
+
+    def pod_env(self, spec: ClusterSpec, task: ClusterTask, attempt: int, ask_store: bool = True) -> dict[str, str]:
+        """The variables of ``task``'s pod for cluster attempt ``attempt``; ``ask_store``: whether the run store
+        is asked for a backup now (a warm pod's attempt comes later: it asks itself)."""
         env = spec.task_env(task, attempt)
         # The runtime reports epochs to the same state store (its connection comes from the Secret).
         env.update(self.store_env if self.store_env is not None
@@ -450,8 +410,9 @@ class PodBackend(Backend):
                 env[ENV_RUN_STORE_NO_BACKUP] = "1"
         return env
 
-    def _pod_body(self, spec: ClusterSpec, task: ClusterTask, n: int, env: dict[str, str],
-                  argv: list[str]) -> dict[str, Any]:
+    def pod_body(self, spec: ClusterSpec, task: ClusterTask, n: int, env: dict[str, str],
+                 argv: list[str]) -> dict[str, Any]:
+        """The manifest of ``task``'s pod number ``n`` running ``argv`` with ``env`` (``spec``: the pod spec)."""
         node = None
         if task.role is Role.WORKER and task.index < len(self.wanted):
             node = self.wanted[task.index]
@@ -466,103 +427,6 @@ class PodBackend(Backend):
         if self.start_files:
             startfiles.mount(body, self.spec.cluster_id)
         return body
-
-    # -- warm standby pods (``ignite_tf.cluster.k8s.standby``) ----------------------------------------------
-    def _standby_wanted(self) -> bool:
-        s = self.settings
-        return (s.standby and self.spec.mode is Mode.SYNC and s.dns and not s.host_network
-                and all(standby.command(self.command_for(self.pod_spec, t)) for t in self.spec.tasks))
-
-    def _standby_spec(self, generation: int) -> ClusterSpec:
-        """The pod spec with every task addressed by its standby pod of ``generation``."""
-        service = objects.service_name(self.spec.cluster_id)
-        tasks = [dataclasses.replace(t, host=f"{standby.hostname(t.name, generation)}.{service}.{self.namespace}.svc")
-                 for t in self.pod_spec.tasks]
-        return dataclasses.replace(self.pod_spec, tasks=tasks)
-
-    def _keep_standby(self) -> None:
-        """One warm pod per task for the next attempt: the first generation once every task's pod is up, a
-        later one once the restarted attempt has also recorded an epoch (``_trained_since_up``). A generation
-        with a pod that ended or went is replaced whole (its pods address each other)."""
-        if not self._standby_wanted() or self.host is None or self.cleaned:
-            return
-        if self.standby_pods:
-            names = [n for n, _ in self.standby_pods.values()]
-            settled = time.monotonic() - self.standby_made > 5 * LIST_EVERY_S  # made, but maybe not listed yet
-            broken = [n for n in names if (n not in self.pods and settled) or (
-                n in self.pods and (_ended(self.pods[n]) or self.pods[n].metadata.deletion_timestamp))]
-            if broken:
-                self.event(f"standby pod {broken[0]} ended: replacing its generation")
-                self.standby_pods = {}
-                self._delete(names, 0)
-            return
-        if not all(_ready(self._pod(t)) for t in self.spec.tasks):
-            self.standby_up_since = None
-            return
-        if self.standby_generation and not self._trained_since_up():
-            return
-        self.standby_generation += 1
-        gen, spec = self.standby_generation, self._standby_spec(self.standby_generation)
-        made = {}
-        for task in spec.tasks:
-            env = self._pod_env(spec, task, self.host.state.attempt + 1, ask_store=False)
-            env.update({standby.ENV_GENERATION: str(gen), standby.ENV_TASK: task.name})
-            body = self._pod_body(spec, task, self.attempts.get(task.name, 0) + 1, env,
-                                  standby.command(self.command_for(spec, task)))
-            body["metadata"]["name"] = f"{self.spec.cluster_id}-{task.name}-s{gen}"
-            body["metadata"]["labels"][standby.LABEL] = str(gen)
-            body["spec"]["hostname"] = standby.hostname(task.name, gen)
-            self.core.create_namespaced_pod(self.namespace, body)
-            made[task.name] = (body["metadata"]["name"], env)
-        self.standby_pods, self.standby_made = made, time.monotonic()
-        self.event(f"standby: warm pods {', '.join(n for n, _ in made.values())} made for the next restart")
-
-    def _trained_since_up(self) -> bool:
-        """Whether a restarted attempt recorded an epoch since all its pods were up: the next generation's
-        TensorFlow imports wait for it, so that they do not take the CPU from its restore and first epoch."""
-        now = time.time()
-        if self.standby_up_since is None:
-            self.standby_up_since, self.standby_asked = now, now
-        if now - self.standby_asked < STANDBY_ASK_S:
-            return False
-        self.standby_asked = now
-        try:
-            return any(float(e.get("time", 0)) > self.standby_up_since for e in self.host.store.epochs(self.spec.cluster_id))
-        except Exception:  # noqa: BLE001 - a store hiccup: ask again later
-            return False
-
-    def _take_standby(self, task: ClusterTask, attempt: int) -> bool:
-        """Hand ``task``'s part of ``attempt`` to its warm pod, when every task has one (decided once per
-        attempt: the pods of one attempt address either all standbys or all new pods)."""
-        if attempt not in self.standby_use:
-            live = [self.pods.get(n) for n, _ in self.standby_pods.values()]
-            self.standby_use = {attempt: bool(self.standby_pods) and self.host is not None
-                                and set(self.standby_pods) == {t.name for t in self.spec.tasks}
-                                and all(p is not None and not _ended(p) and not p.metadata.deletion_timestamp
-                                        for p in live)}
-        if not self.standby_use[attempt] or task.name not in self.standby_pods:
-            return False
-        name, created = self.standby_pods.pop(task.name)
-        spec = self._standby_spec(self.standby_generation)
-        go = self.host.state.launcher.get(standby.GO_KEY) or {}
-        if go.get("generation") != self.standby_generation:
-            go = {"generation": self.standby_generation, "tasks": {}}
-        wanted = {**self._pod_env(spec, task, attempt), standby.ENV_GENERATION: str(self.standby_generation),
-                  standby.ENV_TASK: task.name}
-        go["tasks"][task.name] = standby.go_record(created, wanted)
-        self.host.state.launcher[standby.GO_KEY] = go  # saved by the loop once the attempt's tasks are started
-        n = self.attempts.get(task.name, -1) + 1
-        self.attempts[task.name] = n
-        try:
-            self.core.patch_namespaced_pod(name, self.namespace, {"metadata": {
-                "labels": {standby.LABEL: None, objects.LABEL_ATTEMPT: str(n)},
-                "annotations": {objects.ANNOTATION_CLUSTER_ATTEMPT: str(attempt)}}})
-        except Exception as exc:  # noqa: BLE001 - only a re-adopting supervisor reads these
-            self.event(f"standby: labelling pod {name} failed: {_short(exc)}")
-        self.current[task.name] = name
-        if not self.standby_pods:
-            self.event(f"standby: attempt {attempt} handed to the warm pods of generation {self.standby_generation}")
-        return True
 
     def _made_by_launcher(self, name: str, attempt: int) -> bool:
         """Whether the pod ``name`` already there is this root's, of cluster attempt ``attempt``, not being deleted:
@@ -587,10 +451,12 @@ class PodBackend(Backend):
                 self.backup_found = {key: True}
         return self.backup_found[key]
 
-    def _pod(self, task: ClusterTask):
+    def task_pod(self, task: ClusterTask):
+        """``task``'s current pod as last listed (None: none, or gone)."""
         return self.pods.get(self.current.get(task.name, ""))
 
-    def _delete(self, names: list[str], grace: float) -> None:
+    def delete(self, names: list[str], grace: float) -> None:
+        """Delete the pods ``names`` (ours: their ends are not losses), with ``grace`` seconds to end."""
         ApiException = api_exception()
         for name in names:
             self.ours_deleted.add(name)
@@ -607,7 +473,7 @@ class PodBackend(Backend):
         deadline = time.monotonic() + timeout
         while names and time.monotonic() < deadline:
             self.refresh()
-            names = [n for n in names if n in self.pods and not _ended(self.pods[n])]
+            names = [n for n in names if n in self.pods and not objects.pod_ended(self.pods[n])]
             if names:
                 self._heartbeat()
                 time.sleep(STOP_POLL_S)
@@ -616,33 +482,17 @@ class PodBackend(Backend):
 
     def stop(self, tasks: list[ClusterTask], grace: float) -> dict[str, int]:
         names = [self.current[t.name] for t in tasks if t.name in self.current]
-        self._delete(names, grace)
+        self.delete(names, grace)
         self._wait_pods_ended(names, grace + 30)
-        self._end_followers(names)
+        self.logs.end(names)
         return {}
 
-    def _end_followers(self, names: list[str]) -> None:
-        """Let the log streams of the ended pods ``names`` copy their last lines, within one bound for all, then
-        close those still open. Joined one by one (5 s each), 64 streams that never end (simulated nodes) kept
-        a stopping supervisor from its heartbeat for minutes, and it was taken for lost."""
-        deadline = time.monotonic() + FOLLOWERS_JOIN_S
-        followers = [(n, self.followers[n]) for n in names if n in self.followers]
-        for _, t in followers:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._heartbeat()
-        for name, t in followers:
-            resp = self.streams.pop(name, None)
-            if t.is_alive() and resp is not None:
-                resp.shutdown()  # unblocks the follower's read (urllib3 >= 2.3)
-                t.join(timeout=1)
-
     def observe(self, task: ClusterTask, *, starting: bool) -> Observation:
-        pod = self._pod(task)
+        pod = self.task_pod(task)
         code = self._exit_code(task, pod)
         if code not in (None, 0):
             self._grow_memory_after_oom(pod)
-        up = starting and code is None and pod is not None and any(
-            c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        up = starting and code is None and objects.pod_ready(pod)
         return Observation(task.name, code, up=up,
                            detail=self._exit_detail(task) if code not in (None, 0) else "",
                            waiting=self._waiting_reason(task) if starting and not up else "",
@@ -651,7 +501,7 @@ class PodBackend(Backend):
     def _exit_code(self, task: ClusterTask, pod) -> int | None:
         if pod is None:
             return LOST if task.name in self.current else None  # deleted by someone else, and already gone
-        term = _terminated(pod)
+        term = objects.pod_terminated(pod)
         if term is not None:
             return int(term.exit_code)
         if pod.metadata.deletion_timestamp and pod.metadata.name not in self.ours_deleted:
@@ -663,11 +513,11 @@ class PodBackend(Backend):
         return None
 
     def _exit_detail(self, task: ClusterTask) -> str:
-        pod = self._pod(task)
+        pod = self.task_pod(task)
         name = self.current.get(task.name, "?")
         if pod is None or (pod.metadata.deletion_timestamp and name not in self.ours_deleted):
             return f"pod {name} deleted"
-        term = _terminated(pod)
+        term = objects.pod_terminated(pod)
         where = f"pod {name} on {pod.spec.node_name}"
         if term is None:
             return f"{where}: {pod.status.reason or pod.status.phase} {pod.status.message or ''}".strip()
@@ -684,7 +534,7 @@ class PodBackend(Backend):
         """A pod OOMKilled at a limit the estimate chose (no memory in ``kubernetes.resources``): the pods made
         from now on get ``OOM_GROWTH`` times its limit, and the warm standby pods, made at the old limit, are
         replaced. A limit the user set is theirs to change (the failure says so)."""
-        term = _terminated(pod) if pod is not None else None
+        term = objects.pod_terminated(pod) if pod is not None else None
         if term is None or term.reason != "OOMKilled" or pod.metadata.name in self.memory_grown:
             return
         given = self.settings.resources
@@ -698,14 +548,12 @@ class PodBackend(Backend):
         self.memory = f"{grown}Mi"
         self.event(f"pod {pod.metadata.name} OOMKilled at its estimated memory limit {old:.0f}Mi (estimate "
                    f"{self.memory_estimate}): the pods made from now on get {self.memory} (x{OOM_GROWTH})")
-        if self.standby_pods:
-            names = [n for n, _ in self.standby_pods.values()]
-            self.standby_pods = {}
-            self._delete(names, 0)
+        names = self.warm.drop()
+        if names:
             self.event(f"standby: warm pods {', '.join(names)} made at the old memory limit deleted")
 
     def _waiting_reason(self, task: ClusterTask) -> str:
-        pod = self._pod(task)
+        pod = self.task_pod(task)
         if pod is None:
             return "no pod"
         for c in pod.status.conditions or []:
@@ -742,12 +590,7 @@ class PodBackend(Backend):
             return None
         pods = self.core.list_namespaced_pod(self.namespace,
                                              label_selector=f"{objects.LABEL_CLUSTER}={self.spec.cluster_id}").items
-        # Its warm pods are not adopted (the next generation is made afresh, numbered above every earlier one).
-        warm = [p for p in pods if standby.LABEL in (p.metadata.labels or {})]
-        self.standby_generation = max([standby.generation_of(p.spec.hostname or "") for p in pods], default=0)
-        if warm:
-            self._delete([p.metadata.name for p in warm], 0)
-            pods = [p for p in pods if p not in warm]
+        pods = self.warm.adopt(pods)
         attempt = 0
         for pod in sorted(pods, key=lambda p: int(p.metadata.labels.get(objects.LABEL_ATTEMPT, 0))):
             task, n = pod.metadata.labels.get(objects.LABEL_TASK), int(pod.metadata.labels.get(objects.LABEL_ATTEMPT, 0))
@@ -755,7 +598,7 @@ class PodBackend(Backend):
                 continue
             self.attempts[task], self.current[task] = n, pod.metadata.name
             attempt = max(attempt, int((pod.metadata.annotations or {}).get(objects.ANNOTATION_CLUSTER_ATTEMPT, 0)))
-        self.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
+        self.logs.copied = {n: int(c) for n, c in ((previous.launcher or {}).get("followed") or {}).items()}
         # A limit grown after an OOMKill (``_grow_memory_after_oom``) is the adopted pods' own: kept for the next.
         self.memory_adopted = max((_memory_limit_quantity(p) or "" for p in pods), key=lambda q: parse_mib(q) or 0.0,
                                   default="")
@@ -765,13 +608,11 @@ class PodBackend(Backend):
         return attempt
 
     def hand_over(self) -> None:
-        """Leave the pods to the next supervisor: stop copying logs (it goes on from ``copied``)."""
+        """Leave the pods to the next supervisor: stop copying logs (it goes on from ``followed``)."""
         self.handed_over = True
-        self._following.clear()
-        for t in self.followers.values():
-            t.join(timeout=2)
+        self.logs.hand_over()
         if self.host is not None:
-            self.host.state.launcher["followed"] = {n: c for n, c in self.copied.items() if n in self.pods}
+            self.host.state.launcher["followed"] = self.logs.followed(self.pods)
 
     def close(self) -> None:
         if not self.handed_over:
@@ -788,26 +629,6 @@ class PodBackend(Backend):
         return cm.metadata.uid == self.owner["uid"] and not cm.metadata.deletion_timestamp
 
 
-def _ready(pod) -> bool:
-    return pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _started(pod) -> bool:
-    return any(cs.state and (cs.state.running or cs.state.terminated) for cs in pod.status.container_statuses or [])
-
-
-def _ended(pod) -> bool:
-    """Whether the pod's task process is dead: its container terminated, or the pod failed or succeeded."""
-    return _terminated(pod) is not None or pod.status.phase in ("Failed", "Succeeded")
-
-
-def _terminated(pod):
-    for cs in pod.status.container_statuses or []:
-        if cs.name == objects.CONTAINER and cs.state and cs.state.terminated:
-            return cs.state.terminated
-    return None
-
-
 def _memory_limit_quantity(pod) -> str | None:
     for c in pod.spec.containers:
         if c.name == objects.CONTAINER and c.resources and c.resources.limits:
@@ -821,16 +642,6 @@ def _memory_limit(pod) -> str:
         return "(none)"
     mib = parse_mib(limit)
     return f"{limit} ({mib:.0f} MiB)" if mib else str(limit)
-
-
-def _short(exc: Exception) -> str:
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            return json.loads(body).get("message", str(exc))
-        except (ValueError, AttributeError):
-            pass
-    return str(exc).splitlines()[0] if str(exc) else repr(exc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 A sync cluster restarts whole when one worker is lost, and each new pod used to pay its scheduling, start and
 TensorFlow's import (about 5 of the 15.5 s from a deleted pod to the next epoch) before it could restore. With
-``standby`` the pod supervisor keeps, once the cluster is up, one more pod per task: ``python -m
-ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual first process
+``standby`` the pod supervisor keeps (``WarmPods``, asked by its pod backend), once the cluster is up, one
+more pod per task: ``python -m ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual first process
 (``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork server
 imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and the
 label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster restart the
@@ -28,7 +28,7 @@ start as before.
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import os
 import runpy
 import sys
@@ -38,6 +38,8 @@ from typing import Any
 
 from ignite_tf import timeline
 from ignite_tf.cluster import forkserver
+from ignite_tf.cluster.k8s import client, objects
+from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode
 from ignite_tf.contract import ENV_CLUSTER_ID, ENV_RUN_STORE, exit_now
 
 MODULE = "ignite_tf.cluster.k8s.standby"
@@ -48,6 +50,7 @@ ENV_TASK = "IGNITE_TF_STANDBY_TASK"
 LABEL = "ignite-tf.io/standby"
 """On a standby pod until the supervisor hands it an attempt (then removed)."""
 POLL_S = 0.2
+ASK_S = 2.0  # how often a restarted attempt's epochs are asked for before its next warm generation
 
 
 def hostname(task_name: str, generation: int) -> str:
@@ -72,6 +75,135 @@ def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]
             "unset": sorted(k for k in created if k not in wanted)}
 
 
+# -- the supervisor's side ------------------------------------------------------------------------------------
+class WarmPods:
+    """The warm pods a pod supervisor keeps for its sync cluster's next restart. ``backend``: the cluster's
+    ``PodBackend`` (``ignite_tf.cluster.k8s.pods``), which asks ``keep`` each poll and ``take`` at each task's
+    start, and whose pods, manifests and state these use."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.pods: dict[str, tuple[str, dict[str, str]]] = {}  # task -> (pod name, the environment it was made with)
+        self.generation = 0
+        self.made = 0.0  # when the generation's pods were made (monotonic)
+        self.use: dict[int, bool] = {}  # cluster attempt -> whether it was handed to the warm pods
+        self.up_since: float | None = None  # when every task's pod was first seen up (unix time)
+        self.asked = 0.0
+
+    def wanted(self) -> bool:
+        b, s = self.backend, self.backend.settings
+        return (s.standby and b.spec.mode is Mode.SYNC and s.dns and not s.host_network
+                and all(command(b.command_for(b.pod_spec, t)) for t in b.spec.tasks))
+
+    def spec(self, generation: int) -> ClusterSpec:
+        """The pod spec with every task addressed by its standby pod of ``generation``."""
+        b = self.backend
+        service = objects.service_name(b.spec.cluster_id)
+        tasks = [dataclasses.replace(t, host=f"{hostname(t.name, generation)}.{service}.{b.namespace}.svc")
+                 for t in b.pod_spec.tasks]
+        return dataclasses.replace(b.pod_spec, tasks=tasks)
+
+    def keep(self) -> None:
+        """One warm pod per task for the next attempt: the first generation once every task's pod is up, a
+        later one once the restarted attempt has also recorded an epoch (``trained_since_up``). A generation
+        with a pod that ended or went is replaced whole (its pods address each other)."""
+        b = self.backend
+        if not self.wanted() or b.host is None or b.cleaned:
+            return
+        if self.pods:
+            names = [n for n, _ in self.pods.values()]
+            settled = time.monotonic() - self.made > 5 * b.poll_s  # made, but maybe not listed yet
+            broken = [n for n in names if (n not in b.pods and settled) or (
+                n in b.pods and (objects.pod_ended(b.pods[n]) or b.pods[n].metadata.deletion_timestamp))]
+            if broken:
+                b.event(f"standby pod {broken[0]} ended: replacing its generation")
+                self.drop()
+            return
+        if not all(objects.pod_ready(b.task_pod(t)) for t in b.spec.tasks):
+            self.up_since = None
+            return
+        if self.generation and not self.trained_since_up():
+            return
+        self.generation += 1
+        gen, spec = self.generation, self.spec(self.generation)
+        made = {}
+        for task in spec.tasks:
+            env = b.pod_env(spec, task, b.host.state.attempt + 1, ask_store=False)
+            env.update({ENV_GENERATION: str(gen), ENV_TASK: task.name})
+            body = b.pod_body(spec, task, b.attempts.get(task.name, 0) + 1, env, command(b.command_for(spec, task)))
+            body["metadata"]["name"] = f"{b.spec.cluster_id}-{task.name}-s{gen}"
+            body["metadata"]["labels"][LABEL] = str(gen)
+            body["spec"]["hostname"] = hostname(task.name, gen)
+            b.core.create_namespaced_pod(b.namespace, body)
+            made[task.name] = (body["metadata"]["name"], env)
+        self.pods, self.made = made, time.monotonic()
+        b.event(f"standby: warm pods {', '.join(n for n, _ in made.values())} made for the next restart")
+
+    def trained_since_up(self) -> bool:
+        """Whether a restarted attempt recorded an epoch since all its pods were up: the next generation's
+        TensorFlow imports wait for it, so that they do not take the CPU from its restore and first epoch."""
+        now = time.time()
+        if self.up_since is None:
+            self.up_since, self.asked = now, now
+        if now - self.asked < ASK_S:
+            return False
+        self.asked = now
+        b = self.backend
+        try:
+            return any(float(e.get("time", 0)) > self.up_since for e in b.host.store.epochs(b.spec.cluster_id))
+        except Exception:  # noqa: BLE001 - a store hiccup: ask again later
+            return False
+
+    def take(self, task: ClusterTask, attempt: int) -> bool:
+        """Hand ``task``'s part of ``attempt`` to its warm pod, when every task has one (decided once per
+        attempt: the pods of one attempt address either all standbys or all new pods)."""
+        b = self.backend
+        if attempt not in self.use:
+            live = [b.pods.get(n) for n, _ in self.pods.values()]
+            self.use = {attempt: bool(self.pods) and b.host is not None
+                        and set(self.pods) == {t.name for t in b.spec.tasks}
+                        and all(p is not None and not objects.pod_ended(p) and not p.metadata.deletion_timestamp
+                                for p in live)}
+        if not self.use[attempt] or task.name not in self.pods:
+            return False
+        name, created = self.pods.pop(task.name)
+        spec = self.spec(self.generation)
+        go = b.host.state.launcher.get(GO_KEY) or {}
+        if go.get("generation") != self.generation:
+            go = {"generation": self.generation, "tasks": {}}
+        wanted = {**b.pod_env(spec, task, attempt), ENV_GENERATION: str(self.generation), ENV_TASK: task.name}
+        go["tasks"][task.name] = go_record(created, wanted)
+        b.host.state.launcher[GO_KEY] = go  # saved by the loop once the attempt's tasks are started
+        n = b.next_attempt(task)
+        try:
+            b.core.patch_namespaced_pod(name, b.namespace, {"metadata": {
+                "labels": {LABEL: None, objects.LABEL_ATTEMPT: str(n)},
+                "annotations": {objects.ANNOTATION_CLUSTER_ATTEMPT: str(attempt)}}})
+        except Exception as exc:  # noqa: BLE001 - only a re-adopting supervisor reads these
+            b.event(f"standby: labelling pod {name} failed: {client.error_message(exc)}")
+        b.current[task.name] = name
+        if not self.pods:
+            b.event(f"standby: attempt {attempt} handed to the warm pods of generation {self.generation}")
+        return True
+
+    def drop(self) -> list[str]:
+        """Delete the warm pods (a generation that broke, or made at a memory limit since grown); their names."""
+        names = [n for n, _ in self.pods.values()]
+        self.pods = {}
+        if names:
+            self.backend.delete(names, 0)
+        return names
+
+    def adopt(self, pods: list) -> list:
+        """A replaced supervisor's pods: its warm ones are deleted, not adopted (the next generation is made
+        afresh, numbered above every earlier one); returns the others."""
+        warm = [p for p in pods if LABEL in (p.metadata.labels or {})]
+        self.generation = max([generation_of(p.spec.hostname or "") for p in pods], default=0)
+        if warm:
+            self.backend.delete([p.metadata.name for p in warm], 0)
+        return [p for p in pods if p not in warm]
+
+
 # -- the pod's side --------------------------------------------------------------------------------------------
 def preload() -> None:
     for name in forkserver.PRELOAD:
@@ -84,7 +216,7 @@ def warm(argv: list[str]) -> None:
     store's client modules (s3fs and its botocore: a second or more of the backup's first read). A failure is
     only reported: the task meets it again and reports it itself."""
     hook = forkserver.HOOKS.get(argv[2])
-    for what, step in ((hook, lambda: _call(hook, argv[3:])),
+    for what, step in ((hook, lambda: forkserver.call_hook(hook, argv[3:])),
                        ("the run store's client", lambda: _store_client(os.environ.get(ENV_RUN_STORE, "")))):
         if what is None:
             continue
@@ -92,11 +224,6 @@ def warm(argv: list[str]) -> None:
             step()
         except BaseException as exc:  # noqa: BLE001 - see above
             print(f"standby: {what} failed ({type(exc).__name__}: {exc}); the task does it itself", flush=True)
-
-
-def _call(target: str, args: list[str]) -> None:
-    module, _, name = target.partition(":")
-    getattr(importlib.import_module(module), name)(args)
 
 
 def _store_client(url: str) -> None:
