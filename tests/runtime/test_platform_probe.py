@@ -89,3 +89,39 @@ print(failure_handling_util.detect_platform().name)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "GCE_CPU", out.stdout[-2000:]
+
+
+class _SlowMetadata(_Metadata):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        import time
+
+        time.sleep(1.0)
+        super().do_GET()
+
+
+def test_a_task_forked_while_the_server_asked_asks_again(tmp_path):
+    """The fork server may start the probe and fork a task before the answer came: the thread asking is not in
+    the forked task, which asks again and gets the answer (not the wait's end and a False)."""
+    import os
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowMetadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    code = """
+import os, sys
+from ignite_tf.runtime import stopping
+stopping.probe_platform()
+pid = os.fork()
+if pid == 0:
+    print("child", stopping.on_google_cloud(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", stopping.on_google_cloud(), flush=True)
+"""
+    try:
+        env = {**os.environ, "GCE_METADATA_IP": f"127.0.0.1:{server.server_address[1]}"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(out.stdout.split("\n")[:2]) == ["child True", "parent True"], out.stdout + out.stderr

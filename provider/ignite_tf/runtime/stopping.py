@@ -21,7 +21,7 @@
   request to the metadata server, by a name a cluster's DNS may take seconds to refuse (2 s on the local
   Kubernetes, whose CoreDNS forwards it to an upstream it cannot reach: 2 s of every start and restart of a
   pod). ``probe_platform`` asks the same question in a thread from the task's start (a warm standby pod asks
-  while it waits), and the handler takes that answer.
+  while it waits, in the runtime's ``preload``), and the handler takes that answer.
 
 The backup stays a local folder here: a run store that keeps it elsewhere pulls it (with ``ATTEMPT_FILE``)
 at the start of ``train``, before ``claim``, and pushes it after ``claim`` and after each backup
@@ -134,9 +134,16 @@ def probe_platform(info: TaskInfo | None = None) -> None:
     """Start asking, in a daemon thread, whether this task runs on Google Cloud, as TensorFlow's preemption
     handler asks (its metadata server answers ``instance/hostname``); a second call does nothing. Given the
     task's ``info``, only for a task whose handler will ask (a sync worker of a cluster)."""
-    if "done" in _probe or (info is not None and (info.type is None or info.mode is not Mode.SYNC)):
+    if info is not None and (info.type is None or info.mode is not Mode.SYNC):
         return
-    done = _probe["done"] = threading.Event()
+    if "answer" in _probe or _probe.get("pid") == os.getpid():  # a forked task asks again unless answered
+        return
+    # Imported here, not in the thread: a task forked while the thread held an import's lock would wait forever.
+    import encodings.idna  # noqa: F401 - the host name's codec, imported on first use by getaddrinfo
+    import urllib.request  # noqa: F401
+
+    done = threading.Event()
+    _probe.update(pid=os.getpid(), done=done)
 
     def ask() -> None:
         _probe["answer"] = _metadata_answers()
@@ -148,7 +155,8 @@ def probe_platform(info: TaskInfo | None = None) -> None:
 def on_google_cloud() -> bool:
     """The answer of ``probe_platform`` (started now if it was not), waiting for it if it is still asked."""
     probe_platform()
-    _probe["done"].wait(METADATA_TIMEOUT_S + 1)
+    if "answer" not in _probe:
+        _probe["done"].wait(METADATA_TIMEOUT_S + 1)
     return bool(_probe.get("answer", False))
 
 

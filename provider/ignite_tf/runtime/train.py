@@ -231,13 +231,13 @@ PLAN_WAIT_S = 30.0
 
 def preload(argv: list[str]) -> None:
     """Called by the fork server (``ignite_tf.cluster.forkserver``) beside its TensorFlow import, with the
-    runtime's arguments: read what every training task of the cluster reads first, the columns and the
-    label's classes, once; the tasks forked afterwards find it and skip those queries. A failure here is left
-    for each task to meet and report itself. The server may start while the launcher still makes the shard
-    plan: this waits for the plan's file, at most ``PLAN_WAIT_S``."""
+    runtime's arguments: read what every training task reads first, the columns and the label's classes, once;
+    the tasks forked afterwards skip those queries. A failure is left for each task to meet and report. The
+    server may start while the launcher still makes the shard plan: this waits for its file, ``PLAN_WAIT_S``."""
     args = build_parser().parse_args(argv)
     if args.serve or not args.entry_point:
         return
+    stopping.probe_platform(task_info())  # a warm standby pod's (the fork server has no TF_CONFIG: its tasks ask)
     path = os.environ.get(ENV_SHARD_PLAN)
     deadline = time.monotonic() + PLAN_WAIT_S
     while path and not os.path.exists(path):
