@@ -35,6 +35,7 @@ BENCHES = {
     "tf_baseline_memory.py": (["| sample | parameters | peak (MiB) | measured by | seconds |"],
                               {"peak_mib", "param_bytes", "measured", "tensorflow", "how", "samples_mib", "samples"}),
     "k8s_memory.py": (["| launcher | model | parameters | task | estimate (MiB) | peak (MiB) |"], {"runs", "goal"}),
+    "k8s_memory_growth.py": (["| figure | first | last | growth |"], {"growth", "samples", "status", "epoch_s"}),
     "run_root.py": (["| run root | epoch (median s) |"],
                     {"rows", "epochs", "runs", "folder_epoch_s", "s3_epoch_s", "s3_vs_folder"}),
     "k8s_deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local |"],
@@ -45,7 +46,7 @@ HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.p
            "memory_model.py", "k8s_input_task.py"}
 # Benches that need the local Kubernetes (run below, marked k8s); k8s_memory.py's local part runs without it.
 K8S = {"k8s_startup.py", "k8s_deployed.py"}
-LOCAL_ARGS = {"k8s_memory.py": ("--local-only",)}
+LOCAL_ARGS = {"k8s_memory.py": ("--local-only",), "k8s_memory_growth.py": ("--launcher", "local")}
 
 
 def test_every_script_in_bench_is_smoke_tested_or_a_helper():

@@ -261,3 +261,32 @@ def test_a_replaced_pod_supervisor_keeps_a_limit_grown_after_an_oomkill(tmp_path
     backend.start(spec.tasks[0], 2)
     body = backend.core.created[-1][1]
     assert body["spec"]["containers"][0]["resources"]["limits"]["memory"] == "560Mi"
+
+
+def test_a_long_multi_worker_training_counts_its_steps_growth(ignite_conn):
+    """Several workers: the estimate grows with the steps a worker trains (``--epochs`` x the largest shard over
+    the batch, or ``--steps-per-epoch``) at ``STEP_GROWTH_BYTES`` each, measured by bench/k8s_memory_growth.py;
+    one worker, or a script without ``--epochs``, adds nothing. Real: the Ignite cache and its shard plans."""
+    from ignite_tf.etl import load
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan
+
+    cache = "memory_step_growth"
+    load(ignite_conn, cache, pd.DataFrame({"id": np.arange(2_000), "a": np.arange(2_000) / 7.0,
+                                           "label": np.arange(2_000) % 3}), key="id")
+    partitions = PartitionMap.discover(ignite_conn, cache)
+    two, one = ShardPlan.build(partitions, 2), ShardPlan.build(partitions, 1)
+    row = RowWidth(8, 24, "given")
+    job = {"entry_point": ENTRY, "args": ["--epochs", "20", "--batch-size", "64", "--label-column", "label"]}
+    est = estimate(job, two, row=row)
+    assert est.steps == 20 * (max(two.rows_per_worker(0)) // 64) > 0
+    assert est.growth_mib == pytest.approx(est.steps * memory.STEP_GROWTH_BYTES / 2**20)
+    short = estimate({**job, "args": [*job["args"][:1], "2", *job["args"][2:]]}, two, row=row)
+    assert short.steps == est.steps // 10 and short.total_mib <= est.total_mib
+    assert f"{est.steps:,} steps x 12 KiB" in est.describe()
+    raw = est.baseline_mib + est.model_mib + est.batch_mib + est.reader_mib + est.growth_mib
+    assert est.total_mib == math.ceil(raw * HEADROOM / 16) * 16
+    given = estimate({**job, "args": [*job["args"], "--steps-per-epoch", "5"]}, two, row=row)
+    assert given.steps == 20 * 5
+    assert estimate(job, one, row=row).steps == 0
+    assert estimate({"command": ["python", "train.py"]}, two, row=row).steps == 0

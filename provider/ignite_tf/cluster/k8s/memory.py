@@ -3,7 +3,9 @@
     estimate = TensorFlow's measured baseline + model (copies of the weights: weights + gradients + optimizer
                slots, each at the measured bytes per weight)
                + input (tf.data's prefetched batches and the blocks the reader hands it, at the table's row width)
-               + reader (scan pages in flight, decoded), then headroom
+               + reader (scan pages in flight, decoded)
+               + growth (steps the task trains x the measured growth per step, when several workers train), then
+               headroom
 
 - **Baseline and bytes per parameter**: what a pod's cgroup is charged, measured in real pods by
   ``bench/k8s_memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, the
@@ -21,6 +23,14 @@
 - **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``: its SQL
   table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
   float32 matrix, the label in its own type, and the reader decodes every column in its own type.
+- **Growth**: a worker of a multi-worker ``fit`` (TensorFlow 2.21, MultiWorkerMirroredStrategy) keeps about
+  7-12 KiB more anonymous memory after each training step and never returns it: measured with
+  ``bench/k8s_memory_growth.py`` (pods and local processes: the ``rss`` of each container's cgroup climbed 2.2-2.6
+  MiB an epoch of 195 steps, linearly, on both workers, with no page cache, dirty pages or files growing) and
+  with a bare tf_keras ``fit`` of 2 workers over an in-memory dataset (no ignite-tf code; 50 steps an epoch:
+  0.37 MiB an epoch), while one process's ``fit``, the reader and the ``tf.data`` pipeline alone keep flat. So
+  the charge of a long training grows with its steps: ``--epochs`` x the steps of an epoch (``--steps-per-epoch``,
+  else the largest shard of the plan's first epoch over the batch) x ``STEP_GROWTH_BYTES``.
 - **Model**: parameters from ``kubernetes.model_params`` or the entry point's ``parameters(**model_args)``
   attribute; the optimizer from the entry point's ``optimizer`` model argument (its default when not given),
   or its ``optimizer`` attribute. ``model_footprint`` reads both from a built tf_keras model, which is how the
@@ -45,6 +55,7 @@ BLOCKS_HELD = 3  # ignite_tf.data: the block being cut into batches, the one rea
 READER_PAGE_ROWS = 1024  # rows of one scan page (the reader's page_size) ...
 READER_PAGES = 5  # ... pages in flight: the reader's scans_ahead (4) and the one being decoded
 ASSUMED_ROW_BYTES = 256  # a row of a table that could not be read: 64 float32 columns
+STEP_GROWTH_BYTES = 12 * 1024  # the largest growth per step measured (see Growth above): never below
 # Over the measured charge: none. The baseline and bytes per parameter are the largest container's peak with
 # its page cache unconstrained (a 3Gi limit), so they hold their own slack: a tighter limit makes the kernel
 # reclaim that cache (checkpoints written, libraries read) before it would kill the task. More would push
@@ -158,6 +169,8 @@ class MemoryEstimate:
     shuffle_buffer: int = 0
     optimizer: str | None = None
     baseline: Baseline = field(default_factory=tf_baseline)
+    steps: int = 0
+    """Training steps of one worker over the whole run, when several workers train together (else 0)."""
 
     @property
     def baseline_mib(self) -> float:
@@ -188,8 +201,12 @@ class MemoryEstimate:
         return READER_PAGE_ROWS * READER_PAGES * self.row.read * 2 / MIB  # wire bytes + decoded columns
 
     @property
+    def growth_mib(self) -> float:
+        return self.steps * STEP_GROWTH_BYTES / MIB
+
+    @property
     def total_mib(self) -> int:
-        raw = self.baseline_mib + self.model_mib + self.batch_mib + self.reader_mib
+        raw = self.baseline_mib + self.model_mib + self.batch_mib + self.reader_mib + self.growth_mib
         return int(math.ceil(raw * HEADROOM / 16) * 16)
 
     def quantity(self) -> str:
@@ -203,13 +220,15 @@ class MemoryEstimate:
                 f"+ model {self.model_mib:.1f} MiB [parameters {params} x {2 + self.optimizer_slots} copies x "
                 f"{self.baseline.copy_bytes:.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
                 f"{self.batch_size} + {BLOCKS_HELD} x {self.block_rows} rows x {self.row.fed} B] + reader "
-                f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}]) x {HEADROOM} headroom")
+                f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}] + growth "
+                f"{self.growth_mib:.1f} MiB [{self.steps:,} steps x {STEP_GROWTH_BYTES / 1024:.0f} KiB]) x {HEADROOM} "
+                f"headroom")
 
     def to_dict(self) -> dict:
         return {"params": self.params, "optimizer": self.optimizer, "optimizer_slots": self.optimizer_slots,
                 "batch_size": self.batch_size, "shuffle_buffer": self.shuffle_buffer, "row": asdict(self.row),
                 "baseline_mib": self.baseline_mib, "model_mib": self.model_mib, "batch_mib": self.batch_mib,
-                "reader_mib": self.reader_mib, "headroom": HEADROOM, "total_mib": self.total_mib}
+                "reader_mib": self.reader_mib, "steps": self.steps, "growth_mib": self.growth_mib, "headroom": HEADROOM, "total_mib": self.total_mib}
 
 
 def parse_mib(quantity: str | None) -> float | None:
@@ -354,4 +373,19 @@ def estimate(job: dict, plan=None, params: int | None = None, optimizer: str | N
     optimizer = (optimizer or model.optimizer or "").lower() or None
     if row is None:
         row = row_width(plan, conn, label, features.split(",") if features else None)
-    return MemoryEstimate(params, optimizer_slots(optimizer), batch, row, shuffle, optimizer)
+    return MemoryEstimate(params, optimizer_slots(optimizer), batch, row, shuffle, optimizer,
+                          steps=training_steps(args, plan, batch))
+
+
+def training_steps(args: list[str], plan, batch_size: int) -> int:
+    """Steps one worker trains over the run when several train together (``MemoryEstimate.steps``): ``--epochs``
+    x ``--steps-per-epoch``, else x the largest shard of the plan's first epoch over ``batch_size``. 0 for one
+    worker, or without ``--epochs`` (a script's own loop: not known)."""
+    epochs = _arg(args, "--epochs")
+    if plan is None or not epochs:
+        return 0
+    rows = plan.rows_per_worker(0)
+    if len(rows) < 2:
+        return 0
+    per_epoch = _arg(args, "--steps-per-epoch")
+    return int(epochs) * (int(per_epoch) if per_epoch else max(rows) // max(batch_size, 1))
