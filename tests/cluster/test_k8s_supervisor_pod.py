@@ -40,6 +40,22 @@ def supervisor_pods(core, ns: str, cid: str) -> list:
     return [p for p in pods if not p.metadata.deletion_timestamp]
 
 
+def _shell_with_table(exports: dict, home, cache: str, rows: int, seed: int, job: bool = True) -> dict:
+    """A launching shell of its own (``home``): the `make k8s-up` exports, ``rows`` demo rows loaded into
+    ``cache`` with `ignite-tf load`, and the job folder ``job/train.py`` (the runtime's trainer); its env."""
+    from ignite_tf_dev import demo_data
+
+    env = _bare_env(exports, home)
+    demo_data.tabular(rows, seed=seed).to_csv(home / "data.csv", index=False)
+    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
+    out, _ = load.communicate(timeout=600)
+    assert load.returncode == 0, out[-3000:]
+    if job:
+        (home / "job").mkdir()
+        (home / "job" / "train.py").write_text(TRAIN_PY)
+    return env
+
+
 def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_path):
     """`ignite-tf start --launcher kubernetes` (sync, 2 workers, `max_runtime` through --k8s) is SIGKILLed as soon
     as the cluster's state is recorded; after the first epoch the supervisor's pod is deleted (default grace).
@@ -48,7 +64,6 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
     has each epoch's line once (nothing lost or copied twice at the hand-over); the cluster succeeds, the
     model saved in the run store is published and loads, every pod carried the bounded lifetime
     (activeDeadlineSeconds), and nothing of the cluster is left, its logs kept in the run store."""
-    from ignite_tf_dev import demo_data
 
     core, ns, conn, run_root, exports = deployed
     # Long enough that the training is still on when the new supervisor pod takes over (about 5-10 s after the
@@ -57,13 +72,7 @@ def test_training_outlives_its_launcher_and_its_supervisor_pod(deployed, tmp_pat
     cache = f"sup_pod_{uuid.uuid4().hex[:6]}"
     cid = f"k8s-sup-{uuid.uuid4().hex[:6]}"
     home = tmp_path / "launcher"
-    env = _bare_env(exports, home)
-    demo_data.tabular(1200, seed=5).to_csv(home / "data.csv", index=False)
-    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
-    out, _ = load.communicate(timeout=600)
-    assert load.returncode == 0, out[-3000:]
-    (home / "job").mkdir()
-    (home / "job" / "train.py").write_text(TRAIN_PY)
+    env = _shell_with_table(exports, home, cache, 1200, seed=5)
     start = _cli(["start", "--launcher", "kubernetes", "--namespace", ns, "--k8s", json.dumps({"max_runtime": 3000}),
                   "--workers", "2", "--id", cid, "--startup-deadline", "900", cache, "job", "python", "train.py",
                   "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "32", "--label", "label",
@@ -136,18 +145,13 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
     start: it is there when the launch returns) and taken by the supervisor as its task's (no second pod),
     carries that bound as activeDeadlineSeconds, and the supervisor stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
     (the state store's request: no signal reaches the supervisor's pod). Both end STOPPED and leave nothing."""
-    from ignite_tf_dev import demo_data
 
     from ignite_tf.cluster.api import start_cluster
 
     core, ns, conn, run_root, exports = deployed
     home = tmp_path / "shell"
-    env = _bare_env(exports, home)
     cache = f"sup_stop_{uuid.uuid4().hex[:6]}"
-    demo_data.tabular(200, seed=1).to_csv(home / "data.csv", index=False)
-    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
-    out, _ = load.communicate(timeout=600)
-    assert load.returncode == 0, out[-3000:]
+    env = _shell_with_table(exports, home, cache, 200, seed=1, job=False)
     job = {"command": ["python", "-c", "import time; time.sleep(3000)"]}
 
     def launch(cid: str, **settings):
@@ -195,15 +199,7 @@ def test_a_missing_namespace_or_an_image_the_node_cannot_get_is_said_at_once(dep
     core, ns, conn, run_root, exports = deployed
     cache = f"sup_err_{uuid.uuid4().hex[:6]}"
     home = tmp_path / "launcher"
-    env = _bare_env(exports, home)
-    from ignite_tf_dev import demo_data
-
-    demo_data.tabular(200, seed=3).to_csv(home / "data.csv", index=False)
-    load = _cli(["load", "--key", "id", cache, "data.csv"], env=env, cwd=home)
-    out, _ = load.communicate(timeout=600)
-    assert load.returncode == 0, out[-3000:]
-    (home / "job").mkdir()
-    (home / "job" / "train.py").write_text(TRAIN_PY)
+    env = _shell_with_table(exports, home, cache, 200, seed=3)
     missing = f"{ns}-missing"
     for k8s, expected in (({}, [f"namespace {missing!r} does not exist", f"kubectl create namespace {missing}"]),
                           ({"image": "localhost/ignite-tf-task:no-such-tag"},
