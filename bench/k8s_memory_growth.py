@@ -296,10 +296,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="back up every N steps instead of every epoch (how the growth follows the backups)")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between samples (default 1)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.rows, args.epochs, args.every = 2_000, 3, 0.5
+    if args.smoke:  # long enough to be sampled a few times: 3 epochs of 2,000 rows took 3 s on a CI machine
+        args.rows, args.epochs, args.every = 2_000, 12, 0.2
     result = run(args, say_to_stderr(args.json and not args.smoke))
     report(args, table(result), result)
+    if not result["growth"]:
+        print(f"no sample of any task: the training ({result['status']}) ended before the first one; give it more "
+              f"--epochs or a shorter --every", file=sys.stderr)
+        return 1
     return 0
 
 
