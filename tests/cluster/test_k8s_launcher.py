@@ -318,7 +318,8 @@ def test_a_handed_over_supervisor_closes_its_pods_log_streams_at_once(kube, tmp_
     """``PodBackend.hand_over`` (a pod supervisor replaced: the pods run on under the next one) with 16 pods whose
     log streams never end. Real: the apiserver, the scheduler, the garbage collector, the log streams the backend
     follows. Simulated (kwok): the pods (Running, a log that never ends). The hand-over closes the streams at
-    once, one bound for all (joined one by one, 2 s each, it took 32 s), and leaves no follower running."""
+    once, one bound for all (joined one by one, 2 s each, it took 32 s; the bound asserted leaves room for a
+    loaded machine), and leaves no follower running."""
     import time
 
     from ignite_tf.cluster.k8s.pods import PodBackend
@@ -348,7 +349,7 @@ def test_a_handed_over_supervisor_closes_its_pods_log_streams_at_once(kube, tmp_
         started = time.monotonic()
         backend.hand_over()
         took = time.monotonic() - started
-        assert took < 3.0, f"hand-over took {took:.1f}s"
+        assert took < 10.0, f"hand-over took {took:.1f}s"  # one bound for all; joined in turn: 32 s
         assert not backend.logs.streams and not [t for t in backend.logs.followers.values() if t.is_alive()]
     finally:
         objects.delete_owner(core, ns, cid)

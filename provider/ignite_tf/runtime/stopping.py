@@ -161,8 +161,7 @@ def on_google_cloud() -> bool:
 
 
 def _metadata_answers() -> bool:
-    import urllib.error
-    import urllib.request
+    import urllib.request  # imported already (probe_platform): no import lock taken in the thread
 
     host = os.environ.get(GCE_METADATA_ENV, "metadata.google.internal")
     request = urllib.request.Request(f"http://{host}/computeMetadata/v1/instance/hostname",
@@ -170,7 +169,7 @@ def _metadata_answers() -> bool:
     try:
         with urllib.request.urlopen(request, timeout=METADATA_TIMEOUT_S) as response:
             return response.status == 200
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError):  # urllib's URLError and timeouts are OSErrors
         return False
 
 

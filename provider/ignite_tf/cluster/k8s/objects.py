@@ -243,6 +243,14 @@ def pod_ended(pod) -> bool:
     return pod_terminated(pod) is not None or pod.status.phase in ("Failed", "Succeeded")
 
 
+def pod_waiting(pod):
+    """The first container's ``waiting`` state (reason, message) of a pod not yet running, or None."""
+    for cs in pod.status.container_statuses or []:
+        if cs.state and cs.state.waiting:
+            return cs.state.waiting
+    return None
+
+
 def pod_terminated(pod):
     """The task container's ``terminated`` state (exit code, reason), or None while it has not ended."""
     for cs in pod.status.container_statuses or []:

@@ -559,9 +559,9 @@ class PodBackend(Backend):
         for c in pod.status.conditions or []:
             if c.type == "PodScheduled" and c.status == "False":
                 return f"Pending, not scheduled: {c.reason}: {c.message}"
-        for cs in pod.status.container_statuses or []:
-            if cs.state and cs.state.waiting:
-                return f"{cs.state.waiting.reason}: {cs.state.waiting.message or ''}".strip(": ")
+        waiting = objects.pod_waiting(pod)
+        if waiting is not None:
+            return f"{waiting.reason}: {waiting.message or ''}".strip(": ")
         return f"{pod.status.phase}, not listening on port {task.port} yet"
 
     def _runtime_left(self) -> float | None:

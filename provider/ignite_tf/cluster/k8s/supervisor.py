@@ -252,7 +252,7 @@ def wait_recorded(store: StateStore, core, spec: ClusterSpec, namespace: str, ow
         if time.monotonic() >= next_look:  # an image the node cannot get never starts: say so now, not at the end
             next_look = time.monotonic() + POD_LOOK_S
             stuck = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-                     if _waiting_reason(p) in IMAGE_ERRORS]
+                     if getattr(objects.pod_waiting(p), "reason", None) in IMAGE_ERRORS]
             if stuck:
                 objects.delete_owner(core, namespace, spec.cluster_id)
                 raise ConfigError(
@@ -270,13 +270,6 @@ def wait_recorded(store: StateStore, core, spec: ClusterSpec, namespace: str, ow
 POD_LOOK_S = 2.0
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 """A container's waiting reasons that no wait mends: the node cannot get the image."""
-
-
-def _waiting_reason(pod) -> str | None:
-    for cs in pod.status.container_statuses or []:
-        if cs.state and cs.state.waiting:
-            return cs.state.waiting.reason
-    return None
 
 
 def _pod_status(pod) -> str:
