@@ -9,6 +9,8 @@ test_cluster.py / test_supervision.py and with pods in test_k8s_*.py; here only 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -246,3 +248,53 @@ def test_a_second_supervisor_resumes_an_ended_cluster_and_refuses_a_live_one(tmp
     store.put(live)
     code, _, backend = supervise(tmp_path, "sync", {"worker-0": [Run(0)], "worker-1": [Run(0)]})
     assert code is ExitCode.INTERNAL_ERROR and backend.starts == []
+
+
+# -- a replaced pod supervisor (SIGTERM while its tasks live on) -------------------------------------------------
+class SurvivingTasks(PlainTasks):
+    """``PlainTasks`` whose tasks outlive the supervisor, as pods under a pod supervisor do."""
+
+    survives_supervisor = True
+
+    def __init__(self, spec, runs):
+        super().__init__(spec, runs)
+        self.handed_over = False
+
+    def hand_over(self):
+        self.handed_over = True
+
+
+class TermDuringPut(LocalStateStore):
+    """A state store whose ``put`` number ``at`` gets this process's SIGTERM while it writes: the moment a
+    pod deletion may come. The write then fails, as one may; the supervisor reports it and goes on."""
+
+    def __init__(self, root, at: int):
+        super().__init__(root)
+        self.at, self.puts = at, 0
+
+    def put(self, state):
+        self.puts += 1
+        if self.puts == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here, inside the write
+            raise OSError("the store went away")
+        super().put(state)
+
+
+def test_a_sigterm_during_a_state_write_still_hands_over(tmp_path):
+    """The SIGTERM that replaces a pod supervisor may arrive inside a state write, which reports its errors and
+    goes on: the hand-over must not be lost there (it was: the old supervisor then supervised the cluster to its
+    end beside its successor and recorded the end as its own). It leaves at the next poll, tasks running, the
+    handler it replaced restored."""
+    spec = build_spec(cluster_id="replaced", cache="c", mode="sync", workers=2, run_dir=str(tmp_path / "run"),
+                      job={}, port_for=ports())
+    backend = SurvivingTasks(spec, {"worker-0": [Run(0, polls=400)], "worker-1": [Run(0, polls=400)]})
+    store = TermDuringPut(tmp_path / "state", at=2)
+    before = signal.getsignal(signal.SIGTERM)
+    code = Supervisor(spec, store, backend).run()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert code is ExitCode.STOPPED and backend.handed_over
+    assert not backend.stopped and backend.starts == ["worker-0", "worker-1"]
+    recorded = store.get("replaced")
+    assert not recorded.status.final, recorded.status  # the successor goes on from a running cluster
+    assert max(run[1] for run in backend.current.values()) < 400  # left long before the tasks' end

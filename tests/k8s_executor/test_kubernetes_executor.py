@@ -36,7 +36,9 @@ from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1800)]
 deployed = training.deployed  # namespace, Ignite pods, a fresh run root on the object store (a fixture)
-EPOCHS = 4
+# Long enough that the deferred worker pod is gone before the training ends (the scheduler deletes it some
+# seconds after the deferral): 4 epochs of 1200 rows once ended first when the task pods' start got faster.
+EPOCHS, ROWS = 10, 2400
 
 PIPELINE = "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\nairflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n"
 # A training with the local launcher, deferred (the defaults): it cannot outlive a worker pod, so it is refused.
@@ -59,7 +61,7 @@ def write_dags(root, dag_id: str, ns: str, run_root: str, refused_dag_id: str) -
     (dags / "specs").mkdir(parents=True)
     (dags / "expectations").mkdir()
     (dags / "expectations" / "tabular.yaml").write_text((REPO / "dags/expectations/tabular.yaml").read_text())
-    demo_data.tabular(1200, seed=3).to_parquet(dags / "tabular.parquet", index=False)
+    demo_data.tabular(ROWS, seed=3).to_parquet(dags / "tabular.parquet", index=False)
     (dags / "pipelines.py").write_text(PIPELINE)
     (dags / "refused.py").write_text(REFUSED.format(dag_id=refused_dag_id))
     (dags / "specs" / "k8s_executor.yaml").write_text(yaml.safe_dump({

@@ -475,7 +475,8 @@ class PodBackend(Backend):
             self.refresh()
             names = [n for n in names if n in self.pods and not objects.pod_ended(self.pods[n])]
             if names:
-                self._heartbeat()
+                if self.host is not None:  # a restart's wait: a replaced supervisor hands over from here
+                    self.host.beat()
                 time.sleep(STOP_POLL_S)
         for n in names:
             sys.stdout.write(f"[ignite-tf] pod {n} still terminating after {timeout:.0f}s\n")

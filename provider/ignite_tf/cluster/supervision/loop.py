@@ -46,6 +46,7 @@ class Supervisor:
         backend.host = self
         self.terminating = False
         self.finishing = False
+        self.replaced = False  # a SIGTERM to a supervisor whose tasks outlive it: hand over at the next poll
         self.attempt = 0
         self.resumed_from = ""  # how the earlier supervisor's cluster ended, when this one resumes it
         self.attempt_started = time.monotonic()
@@ -96,9 +97,18 @@ class Supervisor:
             self._last_put = now
 
     def beat(self) -> bool:
-        """For a backend that waits: record the state (a heartbeat) and say whether to give up (a stop)."""
+        """For a backend that waits: record the state (a heartbeat) and say whether to give up (a stop). Raises
+        ``HandOver`` once this supervisor is replaced: a wait is a point where handing over is safe."""
+        self.hand_over_if_replaced()
         self.save()
         return self.stop_requested()
+
+    def hand_over_if_replaced(self) -> None:
+        """Raise ``HandOver`` where the loop may leave (between polls, in a backend's wait), never from the
+        signal handler: raised there it could land in any ``except Exception`` (a state write, an API call)
+        and be swallowed, leaving a replaced supervisor to run the cluster to its end beside its successor."""
+        if self.replaced and not self.finishing and not self.terminating:
+            raise HandOver()
 
     # -- mechanics -----------------------------------------------------------------------------------------
     def start_task(self, task: ClusterTask) -> None:
@@ -210,8 +220,15 @@ class Supervisor:
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> ExitCode:
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
+        """Supervise the cluster to its end (or a hand-over); SIGTERM and SIGINT are this loop's meanwhile."""
+        previous = {signum: signal.signal(signum, self._on_term) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run(self) -> ExitCode:
         self.spec.folder.logs.mkdir(parents=True, exist_ok=True)
         adopted = self.adopt_previous()
         # A replaced pod supervisor's predecessor is gone (its pod is, before this one runs): its state, even
@@ -236,6 +253,7 @@ class Supervisor:
                            + ", ".join(f"{t.name}@{t.address}" for t in self.spec.tasks))
                 self.start_all()
             while True:
+                self.hand_over_if_replaced()
                 outcome = self.step()
                 if outcome is not None:
                     return outcome
@@ -365,7 +383,6 @@ class Supervisor:
 
     def _on_term(self, signum, frame) -> None:
         if self.backend.survives_supervisor:
-            if not self.finishing and not self.terminating:  # a stop or an end goes on: its clean-up ends us
-                raise HandOver()
+            self.replaced = True  # a stop or an end going on is not handed over: its clean-up ends us
             return
         self.terminating = True
