@@ -298,3 +298,31 @@ def test_a_sigterm_during_a_state_write_still_hands_over(tmp_path):
     recorded = store.get("replaced")
     assert not recorded.status.final, recorded.status  # the successor goes on from a running cluster
     assert max(run[1] for run in backend.current.values()) < 400  # left long before the tasks' end
+
+
+class RecordingStore(LocalStateStore):
+    """A state store that keeps the status of every state written to it, in order."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.written: list[Status] = []
+
+    def put(self, state):
+        self.written.append(state.status)
+        super().put(state)
+
+
+@pytest.mark.parametrize("ending", ["succeeded", "stopped"])
+def test_nothing_is_written_after_the_final_state(tmp_path, ending):
+    """Whoever sees a cluster's final state (a stop returning, a retry) may start its next supervisor at once:
+    the ended supervisor must write nothing after that record (a second write of it, from its clean-up, once
+    overwrote the next supervisor's state and ended a resumed training as 'stopped')."""
+    spec = build_spec(cluster_id="ends", cache="c", mode="sync", workers=2, run_dir=str(tmp_path / "run"),
+                      job={}, port_for=ports())
+    store = RecordingStore(tmp_path / "state")
+    if ending == "stopped":
+        store.request_stop("ends")
+    code = Supervisor(spec, store, PlainTasks(spec, {"worker-0": [Run(0, polls=3)], "worker-1": [Run(0, polls=3)]})).run()
+    assert code is (ExitCode.STOPPED if ending == "stopped" else ExitCode.SUCCEEDED)
+    finals = [i for i, status in enumerate(store.written) if status.final]
+    assert finals == [len(store.written) - 1], store.written

@@ -275,7 +275,11 @@ class Supervisor:
             self.backend.close()
             if self.mirror is not None:
                 self.mirror.stop()
-            self.save(force=True)
+            # A final state is recorded once, by whoever ended the cluster, and nothing after it: whoever saw
+            # that record (a stop, a retry) may already run the cluster's next supervisor, whose state a
+            # second write here would overwrite with this ended one.
+            if not self.state.status.final:
+                self.save(force=True)
 
     def adopt_previous(self) -> bool:
         """Continue the cluster a supervisor left (a pod supervisor's replaced pod): its recorded state, and the
