@@ -387,9 +387,9 @@ def first_pass(plan: ShardPlan, conn, epoch: int, index: int, batch_size: int, l
                            block_rows=block_rows, layout=layout)
 
 
-def drop_read_ahead() -> int:
-    """Close the readers of ``read_ahead`` calls that no ``dataset`` took; how many there were."""
-    return HeadStart.drop_all()
+def drop_read_ahead() -> None:
+    """Close the readers of ``read_ahead`` calls that no ``dataset`` took."""
+    HeadStart.drop_all()
 
 
 def _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, *rest) -> tuple:

@@ -504,8 +504,8 @@ def test_read_ahead_modes(monkeypatch):
 def test_when_a_task_reads_ahead(monkeypatch, tmp_path):
     """auto: in a thread once TensorFlow is imported when the task is alone on its host or TensorFlow was
     imported before it started (a forked task), else not at all;
-    process / thread: during the import; after: after it; a resumed run after the import at the earliest (its
-    epoch is read from the backup with TensorFlow); never for the async chief (it reads feeds) or with off."""
+    process / thread: during the import; after: after it; never for a resumed run, the async chief (it reads
+    feeds) or with off."""
     from ignite_tf.cluster.spec import Mode
     from ignite_tf.runtime.start import read_ahead_plan
     from ignite_tf.runtime.task import TaskInfo
@@ -526,12 +526,7 @@ def test_when_a_task_reads_ahead(monkeypatch, tmp_path):
                             backup) is None
     backup.mkdir()
     (backup / "chief").mkdir()
-    assert read_ahead_plan(worker, backup) == "after-import", "a resumed run: its epoch is known after the import"
-    monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "auto")
-    assert read_ahead_plan(worker, backup) is None, "auto beside another task's import: not at all"
-    assert read_ahead_plan(worker, backup, preloaded=True) == "after-import"
-    monkeypatch.setenv("IGNITE_TF_READ_AHEAD", "off")
-    assert read_ahead_plan(worker, backup, preloaded=True) is None
+    assert read_ahead_plan(worker, backup) is None, "a resumed run starts where its backup says"
 
 
 def test_a_sync_worker_waits_for_the_leader_to_listen():

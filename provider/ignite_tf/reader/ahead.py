@@ -80,13 +80,11 @@ class HeadStart:
         return head
 
     @classmethod
-    def drop_all(cls) -> int:
-        """Close every read-ahead no dataset took; how many there were."""
+    def drop_all(cls) -> None:
         with cls._lock:
             heads, cls._pending = list(cls._pending.values()), {}
         for head in heads:
             head.close()
-        return len(heads)
 
     def blocks(self) -> Iterator[dict] | None:
         """The blocks read ahead, first block first, once it is read; None if reading it failed (read again)."""

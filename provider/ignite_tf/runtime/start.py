@@ -93,21 +93,20 @@ def defer_pandas():
 def read_ahead_plan(info: TaskInfo, backup_dir: Path, preloaded: bool = False) -> str | None:
     """When this task reads its first block ahead: ``"import-process"`` / ``"import-thread"`` (during the
     TensorFlow import), ``"after-import"`` (in a thread once TensorFlow is imported, while the strategy starts
-    and the step is traced) or None: the async chief (it reads the workers' feeds) and
-    ``IGNITE_TF_READ_AHEAD=off``. ``auto`` reads after the import where the task is alone on its host or
-    TensorFlow was imported before the task started (``preloaded``: forked from the fork server, a warm
-    standby pod), else not at all: measured on 2 cores (docs/performance.md, "Start-up and input"), reading
-    during the import slowed the import as much as it saved, and reading beside another task's import slowed
-    that import and so the strategy's start. A resumed run (a backup in ``backup_dir``) reads after the
-    import at the earliest: the epoch it resumes at is read from the backup with TensorFlow.
+    and the step is traced) or None: a resumed run (BackupAndRestore picks the epoch), the async chief (it
+    reads the workers' feeds) and ``IGNITE_TF_READ_AHEAD=off``. ``auto`` reads after the import where the
+    task is alone on its host or TensorFlow was imported before the task started (``preloaded``: forked from
+    the fork server), else not at all: measured on 2 cores (docs/performance.md, "Start-up and input"),
+    reading during the import slowed the import as much as it saved, and reading beside another task's
+    import slowed that import and so the strategy's start.
     """
     how = read_ahead_mode()
     fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))
     if how == "auto":
         how = "after" if preloaded or alone_on_host(info) else "off"
-    if is_coordinator(info) or how == "off":
+    if not fresh or is_coordinator(info) or how == "off":
         return None
-    return "after-import" if how == "after" or not fresh else f"import-{how}"
+    return "after-import" if how == "after" else f"import-{how}"
 
 
 def read_ahead_mode() -> str:

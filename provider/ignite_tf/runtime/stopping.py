@@ -51,11 +51,11 @@ def this_attempt() -> int:
     return int(os.environ.get(ENV_ATTEMPT, "0") or 0)
 
 
-def saves_on_stop(info: TaskInfo) -> bool:
-    """Whether this task writes a backup at the current step on SIGTERM: the sync workers of a cluster (their
-    strategy is a ``MultiWorkerMirroredStrategy``, ``ignite_tf.runtime.train.strategy``). Known before the
-    strategy is made, so a restarted task finds where it resumes while the strategy starts."""
-    return info.type is not None and info.mode is Mode.SYNC
+def saves_on_stop(strat, info: TaskInfo) -> bool:
+    """Whether this task writes a backup at the current step on SIGTERM (sync workers of a cluster)."""
+    import tensorflow as tf
+
+    return info.type is not None and isinstance(strat, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def claim(backup_dir: Path, info: TaskInfo) -> None:
@@ -81,7 +81,7 @@ def backup_callbacks(tf_keras, strat, info: TaskInfo, backup_dir: Path, save_fre
     the fence, tf_keras' ``BackupAndRestore`` (kept after ``fit``; with the save on SIGTERM where
     ``saves_on_stop``) and the hook that takes that save's end over. ``on_backup()`` runs after each
     epoch's backup and after the backup on SIGTERM (a run store's push)."""
-    preempt = saves_on_stop(info)
+    preempt = saves_on_stop(strat, info)
     if preempt:
         _allow_save_before_preemption(strat)
         _mirror_chief_backup(backup_dir, strat, info)

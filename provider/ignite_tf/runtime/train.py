@@ -184,17 +184,18 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
         names, label_name, label_dtype = prepared.result()
     finally:
         pool.shutdown(wait=False)  # the classes may still be counted: _model waits for them if it needs them
-    steps, step_level = _steps(info, plan, batch_size, epochs, steps_per_epoch, checkpoint_every_steps)
-    # A backup written on SIGTERM is of a step: tf_keras then resumes at the next step, as with step backups.
-    start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(info), epochs, info)
     if ahead == "after-import":  # read while the strategy starts, the model is built and its step traced
-        itd.read_ahead(batch_size, start_epoch, label_column=label_name, features=names, stack=True, plan=plan,
+        itd.read_ahead(batch_size, 0, label_column=label_name, features=names, stack=True, plan=plan,
                        shuffle_buffer=shuffle_buffer)
     timeline.mark("tf_imported", show=info.is_chief)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     strat = strategy(info.mode)
     timeline.mark("strategy_ready", show=info.is_chief)
-    examples_per_step = batch_size * (1 if is_coordinator(info) else strat.num_replicas_in_sync)
+    steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
+                                                  checkpoint_every_steps)
+    # A backup written on SIGTERM is of a step: tf_keras then resumes at the next step, as with step backups.
+    start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(strat, info),
+                                      epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
     model = model_in_scope(fn, strat, classes, offered)  # adds n_classes to offered
     data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
@@ -207,8 +208,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                  reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    if itd.drop_read_ahead() and start_epoch < epochs - 1:  # a block read for nothing: worth a line
-        _log("the block read ahead was not used: the dataset's first epoch or plan was not the one read", info)
+    itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
     timeline.mark("fit_end", show=info.is_chief)
     model_info = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
         "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
@@ -287,16 +287,16 @@ def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
     return label_classes(plan, label, label_dtype)
 
 
-def _steps(info: TaskInfo, plan, batch_size: int, epochs: int, steps_per_epoch: int | None,
-           checkpoint_every_steps: int | None) -> tuple[int, bool]:
-    """(steps per epoch, whether backups are per step) of this task's ``fit``."""
+def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_epoch: int | None,
+           checkpoint_every_steps: int | None) -> tuple[int, int, bool]:
+    """(steps per epoch, examples per step, whether backups are per step) of this task's ``fit``."""
     import ignite_tf.data as itd
 
     if is_coordinator(info):
         steps = steps_per_epoch or max(1, sum(plan.rows_per_worker(0)) // batch_size)
-        return steps, False  # tf_keras backs up PSS training per epoch only
+        return steps, batch_size, False  # tf_keras backs up PSS training per epoch only
     steps = steps_per_epoch or min(itd.steps_per_epoch(batch_size, e, plan=plan) for e in range(epochs))
-    return steps, bool(checkpoint_every_steps)
+    return steps, batch_size * strat.num_replicas_in_sync, bool(checkpoint_every_steps)
 
 
 def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: TaskInfo) -> tuple[int, int]:
