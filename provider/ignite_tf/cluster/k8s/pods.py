@@ -306,8 +306,9 @@ class PodBackend(Backend):
             time.sleep(0.5)
 
     def _heartbeat(self) -> None:
-        """While a stop or a release waits on the apiserver (a grace period, 64 pods ending): a supervisor that
-        records nothing for ``LOST_AFTER_S`` is taken for lost, and its stop for the launcher's."""
+        """While a release waits on the apiserver (64 pods ending): a supervisor that records nothing for
+        ``LOST_AFTER_S`` is taken for lost, and its stop for the launcher's. A stop's wait (a restart's) beats
+        through ``Supervisor.beat`` instead, which also hands a replaced supervisor over."""
         if self.host is not None:
             self.host.save()
 
