@@ -42,6 +42,9 @@ def test_baseline_is_the_measured_file_with_its_provenance():
     # Each copy of a weight (weights, gradients, Adam's 2 slots) at the measured cost, never under its 4 bytes.
     assert base.param_bytes == data["param_bytes"] and base.param_bytes_optimizer == "adam"
     assert base.copy_bytes == pytest.approx(data["param_bytes"] / 4) and base.copy_bytes >= 4
+    # A sync cluster's other workers, which do not save the model, measured apart: never above the chief.
+    assert base.peer_param_bytes == data["peer_param_bytes"] <= base.param_bytes
+    assert base.copy_bytes_of(peer=True) == pytest.approx(data["peer_param_bytes"] / 4) and data["peer_param_bytes"] >= 16
     assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/k8s_memory.py" in base.how
     # Measured in pods: a process's resident set also counts TensorFlow's shared libraries (a pod's cgroup
     # is charged for them only as the first on its node, as reclaimable page cache).
@@ -60,10 +63,14 @@ def test_estimate_of_the_measured_models_is_their_peak_with_headroom():
     data = json.loads(files("ignite_tf").joinpath("resources", memory.BASELINE_FILE).read_text())
     row = RowWidth.of_columns({**{f"f{i}": "float64" for i in range(16)}, "label": "int64", "id": "int64"},
                               [f"f{i}" for i in range(16)], "label", "id", "the bench's table")
-    for params, peak in ((1_666, max(data["samples_mib"])), (data["large_params"], data["large_mib"])):
+    for params, peak, peer_peak in ((1_666, max(data["samples_mib"]), max(data["samples_mib"])),
+                                    (data["large_params"], data["large_mib"], data["large_peer_mib"])):
         est = estimate({"command": ["python", "x.py", "--batch-size", "64"]}, params=params, optimizer="adam",
                        row=row)
         assert peak <= est.total_mib <= 1.25 * peak, (params, peak, est.describe())
+        peer = est.for_peer()
+        assert peer_peak <= peer.total_mib <= 1.25 * peer_peak, (params, peer_peak, peer.describe())
+        assert peer.total_mib <= est.total_mib and "a sync worker but the chief" in peer.describe()
 
 
 def test_model_part_counts_weights_gradients_and_the_entry_points_optimizer():
@@ -290,3 +297,51 @@ def test_a_long_multi_worker_training_counts_its_steps_growth(ignite_conn):
     assert given.steps == 20 * 5
     assert estimate(job, one, row=row).steps == 0
     assert estimate({"command": ["python", "train.py"]}, two, row=row).steps == 0
+
+
+@pytest.mark.parametrize("mode, resources", [("sync", {}), ("async", {}), ("sync", {"limits": {"memory": "900Mi"}})])
+def test_a_sync_clusters_other_workers_get_their_own_estimate(mode, resources, tmp_path):
+    """The chief alone saves the model: a sync cluster's other workers get the estimate at the peers' measured
+    bytes per parameter (``MemoryEstimate.for_peer``), the chief the full one. An async cluster, a limit the
+    user set, and every pod after an OOMKill of any of them get one limit."""
+    from ignite_tf.cluster.k8s import objects
+    from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
+    from ignite_tf.cluster.k8s.settings import KubernetesSettings
+    from ignite_tf.cluster.spec import build_spec
+    from tests.runstore.test_remote_run import Recorder
+
+    params = 4_000_000  # large enough for the two measured costs per parameter to differ
+    spec = build_spec(cluster_id="peer1", cache="c", mode=mode, workers=2, run_dir=tmp_path / "run",
+                      job={"command": ["python", "train.py"]})
+    backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none", "resources": resources,
+                                                         "model_params": params}), "ns", "img:1", core=Recorder())
+    backend.owner = {"name": "peer1", "uid": "uid-1"}
+    events: list[str] = []
+    backend.event = events.append
+    backend._create_objects()
+
+    def limits() -> dict[str, str]:
+        for task in spec.tasks:
+            backend.start(task, backend.attempts.get(task.name, -1) + 1)
+        made = [b for kind, b in backend.core.created if kind == "create_namespaced_pod"][-len(spec.tasks):]
+        return {b["metadata"]["labels"][objects.LABEL_TASK]: b["spec"]["containers"][0]["resources"]["limits"]["memory"]
+                for b in made}
+
+    est = estimate(spec.job, None, params)
+    chief, peer = est.quantity(), est.for_peer().quantity()
+    assert parse_mib(peer) < parse_mib(chief)
+    first = limits()
+    if resources:
+        assert set(first.values()) == {"900Mi"} and backend.memory_peer == ""
+        return
+    if mode == "async":
+        assert set(first.values()) == {chief}
+        return
+    assert first == {"worker-0": chief, "worker-1": peer}
+    assert any(e.startswith(f"memory estimate a sync worker but the chief: {peer}") for e in events)
+    # worker-1 OOMKilled at its own (lower) limit: from now on every pod gets at least the chief's.
+    name = backend.current["worker-1"]
+    backend.pods[name] = _oomkilled_pod(name, peer)
+    backend.observe(spec.tasks[1], starting=False)
+    grown = max(parse_mib(chief), math.ceil(parse_mib(peer) * OOM_GROWTH / 16) * 16)
+    assert set(limits().values()) == {f"{grown:.0f}Mi"} and backend.memory_peer == ""

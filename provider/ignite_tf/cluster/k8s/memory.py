@@ -8,29 +8,26 @@
                headroom
 
 - **Baseline and bytes per parameter**: what a pod's cgroup is charged, measured in real pods by
-  ``bench/k8s_memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, the
-  strategy and its gRPC server, a model fitted with the runtime's backup and saved) at a tiny and a large
-  model: the tiny one's largest container peak is the baseline, the growth per parameter to the large one's
-  largest (with Adam) ``param_bytes``. Both are written to ``ignite_tf/resources/tf_baseline.json`` with the
-  date, the TensorFlow version and how they were measured. A weight costs far more than its 4 bytes per copy
-  (TensorFlow 2.21: about 30): the optimizer's update temporaries, the collectives' buffers, the checkpoints'
-  serialisation and the page cache of the files they write.
-- **Shared libraries**: a task process's resident set is about 330 MiB larger (``process_peak_mib`` in the
-  same file, from ``bench/tf_baseline_memory.py``): TensorFlow's shared libraries. A pod is charged for their
-  file pages only when it is the first on its node to read them, and then as clean page cache, which the
-  kernel reclaims at the pod's limit instead of killing the task; counting them would double every small
-  task's request on every node but a fresh one.
-- **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``: its SQL
-  table, or its binary type) with the job's ``--label-column`` and ``--features``: features are fed as one
-  float32 matrix, the label in its own type, and the reader decodes every column in its own type.
-- **Growth**: a worker of a multi-worker ``fit`` (TensorFlow 2.21, MultiWorkerMirroredStrategy) keeps about
-  7-12 KiB more anonymous memory after each training step and never returns it: measured with
-  ``bench/k8s_memory_growth.py`` (pods and local processes: the ``rss`` of each container's cgroup climbed 2.2-2.6
-  MiB an epoch of 195 steps, linearly, on both workers, with no page cache, dirty pages or files growing) and
-  with a bare tf_keras ``fit`` of 2 workers over an in-memory dataset (no ignite-tf code; 50 steps an epoch:
-  0.37 MiB an epoch), while one process's ``fit``, the reader and the ``tf.data`` pipeline alone keep flat. So
-  the charge of a long training grows with its steps: ``--epochs`` x the steps of an epoch (``--steps-per-epoch``,
-  else the largest shard of the plan's first epoch over the batch) x ``STEP_GROWTH_BYTES``.
+  ``bench/k8s_memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, strategy,
+  gRPC server, a model fitted with the runtime's backup and saved) at a tiny and a large model, the largest
+  peaks of several runs: the tiny one's is the baseline, the growth per parameter to the large one's (Adam)
+  ``param_bytes``; in ``ignite_tf/resources/tf_baseline.json`` with the date, TensorFlow version and method. A
+  weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 30): the optimizer's update
+  temporaries, the collectives' buffers, the checkpoints' serialisation and the page cache of what they write.
+- **The chief and the others**: a sync cluster's chief alone saves the model (its large model peaked 15-25%
+  above its peer), so the other workers' cost per parameter is measured apart (``peer_param_bytes``) and the
+  Kubernetes launcher gives their pods ``MemoryEstimate.for_peer``; an async cluster's tasks get the chief's.
+- **Shared libraries** (``process_peak_mib`` in the same file, from ``bench/tf_baseline_memory.py``, is about
+  330 MiB more): a pod is charged for TensorFlow's libraries only as the first on its node to read them, as
+  clean page cache the kernel reclaims at the limit; counting them would double every small task's request.
+- **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``)
+  with the job's ``--label-column`` and ``--features``: features are fed as one float32 matrix, the label in
+  its own type, and the reader decodes every column in its own type.
+- **Growth**: a worker of a multi-worker ``fit`` (TensorFlow 2.21, MultiWorkerMirroredStrategy) keeps 7-12 KiB
+  more anonymous memory after each training step, for good (``bench/k8s_memory_growth.py``: pods and local
+  processes, and a bare 2-worker tf_keras ``fit`` over memory; one process's ``fit``, the reader and the
+  ``tf.data`` pipeline alone keep flat): ``--epochs`` x the steps of an epoch (``--steps-per-epoch``, else the
+  largest shard of the plan's first epoch over the batch) x ``STEP_GROWTH_BYTES``.
 - **Model**: parameters from ``kubernetes.model_params`` or the entry point's ``parameters(**model_args)``
   attribute; the optimizer from the entry point's ``optimizer`` model argument (its default when not given),
   or its ``optimizer`` attribute. ``model_footprint`` reads both from a built tf_keras model, which is how the
@@ -59,7 +56,7 @@ STEP_GROWTH_BYTES = 12 * 1024  # the largest growth per step measured (see Growt
 # Over the measured charge: none. The baseline and bytes per parameter are the largest container's peak with
 # its page cache unconstrained (a 3Gi limit), so they hold their own slack: a tighter limit makes the kernel
 # reclaim that cache (checkpoints written, libraries read) before it would kill the task. More would push
-# the other workers past the goal (+25%): a chief that saves the model peaks about 19% above its peers.
+# the smaller containers past the goal (+25%).
 HEADROOM = 1.0
 BASELINE_FILE = "tf_baseline.json"
 MIB = 1 << 20
@@ -76,15 +73,24 @@ class Baseline:
     how: str
     """What was measured, and with what (cgroup ``memory.peak`` or peak RSS of the task process)."""
     param_bytes: float = 16.0
-    """Memory per parameter, measured with ``param_bytes_optimizer``."""
+    """Memory per parameter, measured with ``param_bytes_optimizer`` on the chief (the largest container)."""
     param_bytes_optimizer: str = "adam"
+    peer_param_bytes: float | None = None
+    """The same on the largest of a sync cluster's other workers, which do not save the model (None: not
+    measured, ``param_bytes``)."""
     samples_mib: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def copy_bytes_of(self, peer: bool = False) -> float:
+        """Measured bytes of one copy of a weight (``param_bytes``, or ``peer_param_bytes`` for a sync cluster's
+        worker that is not the chief, over the copies the measured optimizer keeps)."""
+        measured = self.peer_param_bytes if peer and self.peer_param_bytes else self.param_bytes
+        return measured / (2 + optimizer_slots(self.param_bytes_optimizer))
+
     @property
     def copy_bytes(self) -> float:
-        """Measured bytes of one copy of a weight (``param_bytes`` over the copies its optimizer keeps)."""
-        return self.param_bytes / (2 + optimizer_slots(self.param_bytes_optimizer))
+        """``copy_bytes_of`` the chief."""
+        return self.copy_bytes_of()
 
 
 @lru_cache(maxsize=1)
@@ -94,7 +100,7 @@ def tf_baseline() -> Baseline:
 
     data = json.loads(files("ignite_tf").joinpath("resources", BASELINE_FILE).read_text())
     known = {k: data.pop(k) for k in ("peak_mib", "measured", "tensorflow", "how", "param_bytes",
-                                      "param_bytes_optimizer", "samples_mib") if k in data}
+                                      "param_bytes_optimizer", "peer_param_bytes", "samples_mib") if k in data}
     return Baseline(**known, extra=data)
 
 
@@ -171,6 +177,15 @@ class MemoryEstimate:
     baseline: Baseline = field(default_factory=tf_baseline)
     steps: int = 0
     """Training steps of one worker over the whole run, when several workers train together (else 0)."""
+    peer: bool = False
+    """For a sync cluster's worker that is not the chief (``for_peer``): its model part at the peers' measured
+    bytes per parameter (the chief alone saves the model)."""
+
+    def for_peer(self) -> MemoryEstimate:
+        """The estimate of a sync cluster's other workers (``peer``)."""
+        from dataclasses import replace
+
+        return replace(self, peer=True)
 
     @property
     def baseline_mib(self) -> float:
@@ -183,7 +198,7 @@ class MemoryEstimate:
     @property
     def model_mib(self) -> float:
         # Weights, one gradient per weight, and the optimizer's slots, each at the measured bytes of a copy.
-        return (self.params or 0) * self.baseline.copy_bytes * (2 + self.optimizer_slots) / MIB
+        return (self.params or 0) * self.baseline.copy_bytes_of(self.peer) * (2 + self.optimizer_slots) / MIB
 
     @property
     def block_rows(self) -> int:
@@ -215,10 +230,11 @@ class MemoryEstimate:
     def describe(self) -> str:
         params = "unknown (counted as 0; set kubernetes.model_params)" if self.params is None else f"{self.params:,}"
         optimizer = self.optimizer or f"unknown ({ASSUMED_OPTIMIZER} assumed)"
-        return (f"memory estimate per task: {self.quantity()} = (TensorFlow baseline {self.baseline_mib:.0f} MiB "
+        who = "a sync worker but the chief" if self.peer else "per task"
+        return (f"memory estimate {who}: {self.quantity()} = (TensorFlow baseline {self.baseline_mib:.0f} MiB "
                 f"[measured {self.baseline.measured}, TensorFlow {self.baseline.tensorflow}] "
                 f"+ model {self.model_mib:.1f} MiB [parameters {params} x {2 + self.optimizer_slots} copies x "
-                f"{self.baseline.copy_bytes:.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
+                f"{self.baseline.copy_bytes_of(self.peer):.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
                 f"{self.batch_size} + {BLOCKS_HELD} x {self.block_rows} rows x {self.row.fed} B] + reader "
                 f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}] + growth "
                 f"{self.growth_mib:.1f} MiB [{self.steps:,} steps x {STEP_GROWTH_BYTES / 1024:.0f} KiB]) x {HEADROOM} "
@@ -228,7 +244,8 @@ class MemoryEstimate:
         return {"params": self.params, "optimizer": self.optimizer, "optimizer_slots": self.optimizer_slots,
                 "batch_size": self.batch_size, "shuffle_buffer": self.shuffle_buffer, "row": asdict(self.row),
                 "baseline_mib": self.baseline_mib, "model_mib": self.model_mib, "batch_mib": self.batch_mib,
-                "reader_mib": self.reader_mib, "steps": self.steps, "growth_mib": self.growth_mib, "headroom": HEADROOM, "total_mib": self.total_mib}
+                "reader_mib": self.reader_mib, "steps": self.steps, "growth_mib": self.growth_mib, "headroom": HEADROOM, "peer": self.peer,
+                "total_mib": self.total_mib}
 
 
 def parse_mib(quantity: str | None) -> float | None:
@@ -248,6 +265,8 @@ def row_width(plan, conn=None, label_column: str | None = None, features: list[s
     """The width of the rows the task reads from the plan's cache, asked from the cache itself (the columns
     the runtime picks: ``features``, default every numeric column but the key and the label). ``conn``: the
     cluster (default: ``IGNITE_TF_*`` of this process). A cache that cannot be read gives an assumed width."""
+    import numpy as np
+
     from ignite_tf.connection import IgniteConnectionConfig
     from ignite_tf.defaults import DEFAULT_LABEL_COLUMN
     from ignite_tf.reader.columns import cache_columns
@@ -263,16 +282,10 @@ def row_width(plan, conn=None, label_column: str | None = None, features: list[s
     except Exception as exc:  # noqa: BLE001 - an estimate must not stop a launch; the printed line says why
         return RowWidth.assumed(f"columns of '{plan.partition_map.cache}' not read: {str(exc)[:120]}")
     key = layout[2][0]
-    numeric = [n for n in names if _numeric(dtypes[n])]
+    numeric = [n for n in names if np.dtype(dtypes[n]).kind in "biuf"]
     return RowWidth.of_columns(dtypes, numeric, label_name, key,
                                f"table '{plan.partition_map.cache}': {len(numeric)} feature(s) + label "
                                f"{label_name} ({dtypes[label_name]})")
-
-
-def _numeric(dtype) -> bool:
-    import numpy as np
-
-    return np.dtype(dtype).kind in "biuf"
 
 
 def entry_point_model(job: dict) -> ModelSize:
@@ -325,11 +338,6 @@ def _import_shipped(module: str, job_dir: str | None):
         return importlib.import_module(module)
     finally:
         sys.path.remove(str(job_dir))
-
-
-def entry_point_params(job: dict) -> int | None:
-    """Parameters of an entry point's model (``entry_point_model``)."""
-    return entry_point_model(job).params
 
 
 def _args(job: dict) -> list[str]:

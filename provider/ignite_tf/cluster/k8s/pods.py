@@ -51,6 +51,7 @@ from ignite_tf.contract import (
     ENV_RUN_STORE_PROGRESS,
     ENV_STATE_STORE,
     STORE_ENV,
+    Mode,
 )
 from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
 from ignite_tf.runstore.credentials import environment_credentials
@@ -112,9 +113,11 @@ class PodBackend(Backend):
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
         self.memory = ""
+        self.memory_peer = ""  # a sync cluster's workers but the chief, when the estimate sizes them apart
         self.memory_estimate = ""
         self.memory_grown: set[str] = set()  # pods OOMKilled at an estimated limit, already counted
         self.memory_adopted = ""  # the largest limit of a replaced pod supervisor's pods (``adopt``)
+        self.memory_adopted_peer = ""  # ... of those but the chief's
         # Placement is recorded once the workers are scheduled: for the affinity's result, and with any
         # placement where Ignite's pods are known, for the map that measured locality needs (ignite_nodes).
         self.placement_done = settings.placement is Placement.NONE and not settings.ignite_selector
@@ -172,9 +175,17 @@ class PodBackend(Backend):
         given = objects.resources(self.settings, est.quantity())
         self.memory = given["limits"]["memory"]
         self.event(est.describe())
+        peer = est.for_peer()
+        if self.spec.mode is Mode.SYNC and self.spec.workers > 1 and self.memory == est.quantity() \
+                and given["requests"]["memory"] == est.quantity() and peer.quantity() != est.quantity():
+            # The chief alone saves the model: the others are measured apart (``Baseline.peer_param_bytes``).
+            self.memory_peer = peer.quantity()
+            self.event(peer.describe())
         if (parse_mib(self.memory_adopted) or 0.0) > (parse_mib(self.memory) or 0.0):
             self.memory = self.memory_adopted
             self.event(f"memory: the re-adopted pods' limit {self.memory} (grown after an OOMKill) kept for new pods")
+        if self.memory_peer and (parse_mib(self.memory_adopted_peer) or 0.0) > parse_mib(self.memory_peer):
+            self.memory_peer = ""  # grown after an OOMKill: every task gets self.memory
         if given["limits"]["memory"] != est.quantity() or given["requests"]["memory"] != est.quantity():
             self.event(f"memory set by kubernetes.resources: request {given['requests']['memory']}, limit "
                        f"{given['limits']['memory']} (estimate {est.quantity()})")
@@ -411,6 +422,11 @@ class PodBackend(Backend):
                 env[ENV_RUN_STORE_NO_BACKUP] = "1"
         return env
 
+    def memory_for(self, task: ClusterTask) -> str:
+        """The memory request and limit of ``task``'s pods: ``memory_peer`` for a sync worker but the chief
+        while the estimate sizes them apart, else ``memory``."""
+        return self.memory_peer if self.memory_peer and task.role is Role.WORKER and task.index > 0 else self.memory
+
     def pod_body(self, spec: ClusterSpec, task: ClusterTask, n: int, env: dict[str, str],
                  argv: list[str]) -> dict[str, Any]:
         """The manifest of ``task``'s pod number ``n`` running ``argv`` with ``env`` (``spec``: the pod spec)."""
@@ -420,7 +436,7 @@ class PodBackend(Backend):
         body = objects.pod_manifest(
             spec, task, n, namespace=self.namespace, settings=self.settings, image=self.image,
             owner={"metadata": self.owner}, argv=argv, cwd=task_cwd(spec, task), env=env, node=node,
-            memory=self.memory)
+            memory=self.memory_for(task))
         left = self._runtime_left()
         if left is not None:  # the pod ends by itself even if no supervisor is left to stop it
             body["spec"]["activeDeadlineSeconds"] = max(1, int(left + self.spec.supervision.grace_period_s
@@ -545,11 +561,16 @@ class PodBackend(Backend):
         self.memory_grown.add(pod.metadata.name)
         old = parse_mib(_memory_limit_quantity(pod)) or parse_mib(self.memory) or 0.0
         grown = int(math.ceil(old * OOM_GROWTH / 16) * 16)
-        if grown <= (parse_mib(self.memory) or 0.0):
+        peers, self.memory_peer = self.memory_peer, ""  # from now on every task gets self.memory
+        if grown > (parse_mib(self.memory) or 0.0):
+            self.memory = f"{grown}Mi"
+            self.event(f"pod {pod.metadata.name} OOMKilled at its estimated memory limit {old:.0f}Mi (estimate "
+                       f"{self.memory_estimate}): the pods made from now on get {self.memory} (x{OOM_GROWTH})")
+        elif peers:
+            self.event(f"pod {pod.metadata.name} OOMKilled at its estimated memory limit {old:.0f}Mi: every pod "
+                       f"made from now on gets the chief's {self.memory} (at least x{OOM_GROWTH})")
+        else:
             return  # a pod of the same attempt, at the same limit, already grew it
-        self.memory = f"{grown}Mi"
-        self.event(f"pod {pod.metadata.name} OOMKilled at its estimated memory limit {old:.0f}Mi (estimate "
-                   f"{self.memory_estimate}): the pods made from now on get {self.memory} (x{OOM_GROWTH})")
         names = self.warm.drop()
         if names:
             self.event(f"standby: warm pods {', '.join(names)} made at the old memory limit deleted")
@@ -604,6 +625,10 @@ class PodBackend(Backend):
         # A limit grown after an OOMKill (``_grow_memory_after_oom``) is the adopted pods' own: kept for the next.
         self.memory_adopted = max((_memory_limit_quantity(p) or "" for p in pods), key=lambda q: parse_mib(q) or 0.0,
                                   default="")
+        chief = self.spec.chief.name
+        self.memory_adopted_peer = max((_memory_limit_quantity(p) or "" for p in pods
+                                        if p.metadata.labels.get(objects.LABEL_TASK) not in (None, chief)),
+                                       key=lambda q: parse_mib(q) or 0.0, default="")
         self.placement_done = True  # recorded by the supervisor that placed them
         self.event(f"supervisor restarted: re-adopting pods {', '.join(sorted(self.current.values())) or '(none)'} "
                    f"(cluster attempt {attempt})")
