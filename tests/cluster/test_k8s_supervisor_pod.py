@@ -215,3 +215,42 @@ def test_a_missing_namespace_or_an_image_the_node_cannot_get_is_said_at_once(dep
         assert_nothing_left(cid, k8s=(core, ns))
         state = make_launcher(conn).find(cid)
         assert state is None or state.status.final, state
+
+
+def test_a_spec_the_run_store_refuses_fails_the_launch_and_leaves_nothing(deployed, tmp_path, monkeypatch):
+    """The launcher writes the spec to the run store while it makes the root, the supervisor's Deployment and
+    the first pods (the supervisor gets the spec from its root ConfigMap, the tasks need none). Should that
+    write fail, the launch fails with its error and deletes what it made, as when the write came first.
+    Real: everything of `deployed`; injected: the store's refusal of that one write (the same write succeeds in
+    every other test), made to come after the objects exist."""
+    from ignite_tf_dev import demo_data
+    from ignite_tf_dev.k8s import addons as local_k8s_addons
+    from ignite_tf_dev.k8s import cluster as local_k8s
+
+    from ignite_tf.cluster.api import start_cluster
+    from ignite_tf.cluster.k8s.launcher import KubernetesLauncher
+    from ignite_tf.etl import load
+
+    core, ns, conn, run_root, _ = deployed
+    cache = f"spec_put_{uuid.uuid4().hex[:6]}"
+    cid = f"k8s-put-{uuid.uuid4().hex[:6]}"
+    load(conn, cache, demo_data.tabular(200), key="id")
+    made: list[str] = []
+
+    def refused(self, spec):
+        # Once the launcher's head start has made the first pods (the objects it would leave behind).
+        wait_for(lambda: made.extend(p.metadata.name for p in cluster_pods(core, ns, cid).values()) or made, 60,
+                 "the first pods", poll=0.05)
+        raise PermissionError(f"AccessDenied: writing {spec.run_store}/spec.json (injected)")
+
+    monkeypatch.setattr(KubernetesLauncher, "put_spec", refused)
+    settings = {"namespace": ns, "node_selector": {local_k8s.HOST_LABEL: "real-0"},
+                "ignite_selector": local_k8s_addons.IGNITE_SELECTOR,
+                "ignite_namespace": local_k8s_addons.IGNITE_NAMESPACE}
+    launcher = make_launcher(conn, kind="kubernetes", kubernetes=settings)
+    with pytest.raises(PermissionError, match="AccessDenied: writing .*spec.json"):
+        start_cluster(cache, {"entry_point": "ignite_tf.models:tabular_classifier",
+                              "args": ["--epochs", "1", "--label-column", "label"]}, conn=conn, mode="sync",
+                      workers=2, cluster_id=cid, run_root=run_root, launcher=launcher, startup_deadline_s=300)
+    assert made, "the head start made no pods before the refusal"
+    assert_nothing_left(cid, timeout=60, k8s=(core, ns))

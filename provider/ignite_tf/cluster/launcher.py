@@ -237,14 +237,21 @@ class SupervisedLauncher(Launcher):
         proc = self._start_supervisor(spec, self.supervisor_command(spec))
         return self._recorded(spec, proc, self.state_timeout_s if timeout is None else timeout)
 
-    def save_spec(self, spec: ClusterSpec) -> Path:
-        """Write ``spec`` to its run folder (``RunFolder.spec``), and to the run store when it has one."""
+    def save_spec(self, spec: ClusterSpec, to_store: bool = True) -> Path:
+        """Write ``spec`` to its run folder (``RunFolder.spec``), and to the run store when it has one (unless
+        ``to_store`` is false: the caller puts it there with ``put_spec``)."""
         folder = spec.folder
         folder.logs.mkdir(parents=True, exist_ok=True)
         spec.save(folder.spec)
-        if spec.run_store:  # readers of the run (``ps --tasks``, the page) find the spec in the store too
-            self.run_store(spec.run_store).put_file(folder.spec, LAYOUT.spec)
+        if to_store:
+            self.put_spec(spec)
         return folder.spec
+
+    def put_spec(self, spec: ClusterSpec) -> None:
+        """The saved spec to the run store, when the run has one: readers of the run (``ps --tasks``, the page)
+        find it there."""
+        if spec.run_store:
+            self.run_store(spec.run_store).put_file(spec.folder.spec, LAYOUT.spec)
 
     def _start_supervisor(self, spec: ClusterSpec, command: list[str], stdin=subprocess.DEVNULL) -> subprocess.Popen:
         spec.folder.logs.mkdir(parents=True, exist_ok=True)

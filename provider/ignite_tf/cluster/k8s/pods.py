@@ -146,15 +146,20 @@ class PodBackend(Backend):
     # -- set-up and clean-up -------------------------------------------------------------------------------
     def prepare(self) -> None:
         self.event(f"Kubernetes: namespace {self.namespace}, image {self.image}")
-        if self.run_store is not None:  # the store's client is made (seconds) while the objects are created
-            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-backup-check")
-            self.backup_check = pool.submit(self.run_store.exists, LAYOUT.backup)
-            pool.shutdown(wait=False)
+        self._check_backup_ahead()
         try:
             self._create_objects()
         except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
             why = client.error_message(exc)
             raise SetupError(f"creating the cluster's Kubernetes objects failed: {why}") from exc
+
+    def _check_backup_ahead(self) -> None:
+        """Ask the run store for a backup in a thread while the objects are created (its client is made then:
+        seconds; one request after): the first start's pods are told the answer (``_backup_in_store``)."""
+        if self.run_store is not None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-backup-check")
+            self.backup_check = pool.submit(self.run_store.exists, LAYOUT.backup)
+            pool.shutdown(wait=False)
 
     def _create_objects(self) -> None:
         if not self.in_pod:  # a pod supervisor's launcher made the root and the Secret
@@ -216,6 +221,7 @@ class PodBackend(Backend):
         scheduling, Python and imports: seconds on every start). The supervisor takes these pods as its own
         when it starts its tasks (``start``: a pod of this root and attempt already there) and makes whatever is
         missing, so the launcher may die at any moment of this. Returns the pods made."""
+        self._check_backup_ahead()
         self._create_objects()
         for task in self.spec.tasks:
             self.start(task, 0)
@@ -458,9 +464,10 @@ class PodBackend(Backend):
     def _backup_in_store(self, attempt: int) -> bool:
         """Whether the run store holds a backup as a (re)start creates its pods: asked once per start of the
         cluster or of one task (the pods it replaces have ended, so none appears meanwhile from them). True
-        when the store cannot say: the task then asks it itself."""
+        when the store cannot say: the task then asks it itself. Without a supervisor (the launcher's head start:
+        one start) asked once for all of its pods."""
         key = (attempt, self.host.state.restarts if self.host is not None else -1)
-        if key not in self.backup_found or key[1] < 0:
+        if key not in self.backup_found:
             check, self.backup_check = self.backup_check, None  # prepare's, for the first start
             try:
                 self.backup_found = {key: check.result() if check is not None else self.run_store.exists(LAYOUT.backup)}
