@@ -14,7 +14,7 @@
   ``param_bytes``; in ``ignite_tf/resources/tf_baseline.json`` with the date, TensorFlow version and method. A
   weight costs far more than its 4 bytes per copy (TensorFlow 2.21: about 30): the optimizer's update
   temporaries, the collectives' buffers, the checkpoints' serialisation and the page cache of what they write.
-- **The chief and the others**: a sync cluster's chief alone saves the model (its large model peaked 15-25%
+- **The chief and the others**: a sync cluster's chief alone saves the model (its large model peaked 13-22%
   above its peer), so the other workers' cost per parameter is measured apart (``peer_param_bytes``) and the
   Kubernetes launcher gives their pods ``MemoryEstimate.for_peer``; an async cluster's tasks get the chief's.
 - **Shared libraries** (``process_peak_mib`` in the same file, from ``bench/tf_baseline_memory.py``, is about
