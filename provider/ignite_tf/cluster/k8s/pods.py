@@ -109,6 +109,7 @@ class PodBackend(Backend):
         self.start_files = False  # the plan and code in a ConfigMap the pods mount (startfiles)
         self.backup_found: dict[tuple[int, int], bool] = {}  # (attempt, restarts) -> a backup in the store then
         self.backup_check: concurrent.futures.Future | None = None
+        self.estimate_ahead: concurrent.futures.Future | None = None  # the memory estimate (``look_ahead``)
         self.owner: dict[str, Any] | None = owner
         self.wanted: list[str | None] = []
         self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
@@ -136,6 +137,13 @@ class PodBackend(Backend):
     def core(self):
         return client.core_v1(self.settings.conn_id)
 
+    def under_root(self, owner: dict[str, str], ignite_hosts: dict[str, str] | None) -> None:
+        """The root the launcher made (``{"name", "uid"}``) and the Ignite nodes' hosts it found, given after
+        this backend was made (the head start's, asking ahead while the root is made): as given to a pod
+        supervisor's backend, it then makes neither the root nor the Secret."""
+        self.owner, self.ignite_hosts = owner, ignite_hosts
+        self.in_pod = self.survives_supervisor = True
+
     def launcher_info(self) -> dict[str, Any]:
         info = {"kind": LauncherKind.KUBERNETES.value, "namespace": self.namespace, "owner": self.spec.cluster_id,
                 "conn_id": self.settings.conn_id, "supervisor": self.settings.supervisor.value}
@@ -152,6 +160,18 @@ class PodBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - the loop records why and deletes what was made
             why = client.error_message(exc)
             raise SetupError(f"creating the cluster's Kubernetes objects failed: {why}") from exc
+
+    def look_ahead(self) -> None:
+        """The launcher's head start asks, in threads, what its first pods need from elsewhere while it makes the
+        root, the Secret and the Deployment: whether the store holds a backup, and the memory estimate (the
+        table's columns, asked from Ignite: about 0.1 s of the launch's path)."""
+        self._check_backup_ahead()
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-estimate")
+        self.estimate_ahead = pool.submit(self._estimate)
+        pool.shutdown(wait=False)
+
+    def _estimate(self):
+        return estimate(self.spec.job, self._plan(), self.settings.model_params, conn=self.ignite_conn)
 
     def _check_backup_ahead(self) -> None:
         """Ask the run store for a backup in a thread while the objects are created (its client is made then:
@@ -175,7 +195,8 @@ class PodBackend(Backend):
             if exc.status != 409 or not self.in_pod:  # made by the supervisor this one replaces
                 raise
         plan = self._plan()
-        est = estimate(self.spec.job, plan, self.settings.model_params, conn=self.ignite_conn)
+        ahead, self.estimate_ahead = self.estimate_ahead, None
+        est = ahead.result() if ahead is not None else self._estimate()
         self.memory_estimate = est.quantity()
         given = objects.resources(self.settings, est.quantity())
         self.memory = given["limits"]["memory"]
@@ -221,7 +242,8 @@ class PodBackend(Backend):
         scheduling, Python and imports: seconds on every start). The supervisor takes these pods as its own
         when it starts its tasks (``start``: a pod of this root and attempt already there) and makes whatever is
         missing, so the launcher may die at any moment of this. Returns the pods made."""
-        self._check_backup_ahead()
+        if self.backup_check is None:  # else asked already (``look_ahead``)
+            self._check_backup_ahead()
         self._create_objects()
         for task in self.spec.tasks:
             self.start(task, 0)

@@ -25,6 +25,7 @@ nodes (placement) the launcher finds and hands over in the root.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -197,8 +198,16 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api_client)
-    ensure_rbac(api_client, namespace)
-    hosts = ignite_hosts(core, spec, settings, namespace)
+    # The head start's questions (a backup in the store? the memory estimate) and the RBAC objects are asked
+    # for in threads while the root, the Secret and the Deployment are made: each is a round trip or more.
+    first = None if head_start is None else first_pods_backend(core, spec, settings, namespace, image, **head_start)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-rbac")
+    rbac = pool.submit(ensure_rbac, api_client, namespace)
+    pool.shutdown(wait=False)
+    try:
+        hosts = ignite_hosts(core, spec, settings, namespace)
+    finally:
+        rbac.result()  # waits (and raises): nothing of the launch goes on after it returns or fails
     body = objects.owner_manifest(spec, settings, {"settings": settings.to_dict(), "namespace": namespace,
                                                    "image": image, "ignite_nodes": hosts})
     for _ in range(2):
@@ -217,20 +226,28 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     core.create_namespaced_secret(namespace, objects.secret_manifest(spec, settings, secret_env, owner))
     client.AppsV1Api(api_client).create_namespaced_deployment(
         namespace, deployment_manifest(spec, settings, image, owner))
-    if head_start is not None:
-        make_first_pods(core, spec, settings, namespace, image, owner["metadata"], hosts, **head_start)
+    if first is not None:
+        make_first_pods(first, owner["metadata"], hosts)
     return made.metadata.uid
 
 
-def make_first_pods(core, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
-                    owner: dict[str, str], hosts: dict[str, str] | None, store_env: dict[str, str],
-                    run_store=None, conn=None) -> list[str]:
-    """The launcher's head start (see ``start``): the pods made, none when it failed (the supervisor makes them,
-    and says why in the cluster's log if it fails the same way)."""
+def first_pods_backend(core, spec: ClusterSpec, settings: KubernetesSettings, namespace: str, image: str,
+                       store_env: dict[str, str], run_store=None, conn=None):
+    """The pod backend of the launcher's head start, already asking what its pods need (``look_ahead``)."""
     from ignite_tf.cluster.k8s.pods import PodBackend
 
-    backend = PodBackend(spec, settings, namespace, image, core=core, owner=owner, ignite_hosts=hosts,
-                         store_env=store_env, run_store=run_store, ignite_conn=conn)
+    backend = PodBackend(spec, settings, namespace, image, core=core, store_env=store_env, run_store=run_store,
+                         ignite_conn=conn)
+    backend.look_ahead()
+    return backend
+
+
+def make_first_pods(backend, owner: dict[str, str], hosts: dict[str, str] | None) -> list[str]:
+    """The launcher's head start (see ``start``) by ``backend`` (``first_pods_backend``) under the root ``owner``:
+    the pods made, none when it failed (the supervisor makes them, and says why in the cluster's log if it
+    fails the same way)."""
+    backend.under_root(owner, hosts)
+    spec = backend.spec
     try:
         return backend.make_first_attempt()
     except Exception as exc:  # noqa: BLE001 - only a head start: the supervisor makes what is missing
