@@ -190,10 +190,10 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     """Create the root, the Secret and the supervisor's Deployment (replacing a root left under this id);
     returns the root's uid, which the supervisor records in the state (``launcher.owner_uid``).
 
-    ``head_start`` (a fresh cluster: ``store_env``, the state store's variables, ``run_store``, the
-    launcher's ``RunStore`` or None, and ``conn``, the Ignite connection the Secret gives the pods): the first attempt's pods are made here too, right after the Deployment
-    (``PodBackend.make_first_attempt``), so that they schedule and import TensorFlow while the supervisor's own
-    pod starts; it takes them as its own. Should that fail, the supervisor makes them as without a head start."""
+    ``head_start`` (a fresh cluster: ``store_env``, the state store's variables, ``run_store``, the launcher's
+    ``RunStore`` or None, ``conn``, the Ignite connection the Secret gives the pods): the first attempt's pods
+    are made here too, right after the Deployment (``make_first_pods``), so that they start while the
+    supervisor's pod does, which takes them as its own (or makes them, should this fail)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -244,8 +244,7 @@ def first_pods_backend(core, spec: ClusterSpec, settings: KubernetesSettings, na
 
 def make_first_pods(backend, owner: dict[str, str], hosts: dict[str, str] | None) -> list[str]:
     """The launcher's head start (see ``start``) by ``backend`` (``first_pods_backend``) under the root ``owner``:
-    the pods made, none when it failed (the supervisor makes them, and says why in the cluster's log if it
-    fails the same way)."""
+    the pods made, none when it failed (the supervisor makes them, saying why in the log if it fails too)."""
     backend.under_root(owner, hosts)
     spec = backend.spec
     try:
