@@ -64,6 +64,24 @@ def test_task_pods_get_a_cpu_request_unless_the_user_sets_cpu():
     assert asked["requests"]["cpu"] == "3"
 
 
+def test_task_pods_get_no_api_token_unless_given_a_service_account():
+    # A task never calls the Kubernetes API: without a service account of the user's, the kubelet neither
+    # requests a token for the namespace's default account nor mounts one (a round trip at every pod start).
+    spec = objects.with_pod_addresses(_spec(), "ns1", KubernetesSettings())
+    owner = {"metadata": {"name": "tf-x1", "uid": "u1"}}
+
+    def pod(settings):
+        return objects.pod_manifest(spec, spec.tasks[1], 0, namespace="ns1", settings=settings, image="img:1",
+                                    owner=owner, argv=["python", "x.py"], cwd="/runs/tf-x1/job", env={},
+                                    node=None, memory="900Mi")["spec"]
+
+    plain = pod(KubernetesSettings())
+    assert plain["automountServiceAccountToken"] is False and "serviceAccountName" not in plain
+    # The user's account (workload identity for a bucket, their own API calls) gets its token as usual.
+    own = pod(KubernetesSettings(service_account="team-trainer"))
+    assert own["serviceAccountName"] == "team-trainer" and "automountServiceAccountToken" not in own
+
+
 def test_yaml_launcher_kubernetes_reaches_the_train_task(tmp_path):
     from ignite_tf.pipeline.factory import build_dag, render
     from ignite_tf.pipeline.spec import SpecError, parse_spec

@@ -185,6 +185,8 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
                                                                      for t in spec.tasks]}]
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
+    else:  # a task never calls the API: no token to request and mount (the kubelet's round trip at each start)
+        pod_spec["automountServiceAccountToken"] = False
     if settings.node_selector:
         pod_spec["nodeSelector"] = dict(settings.node_selector)
     if settings.tolerations:

@@ -69,7 +69,8 @@ class KubernetesSettings:
         ``ignite_tf.task_image`` entry point offers a default (the source tree's dev tooling: the local image).
     :param conn_id: the Airflow connection of type ``kubernetes`` (kubeconfig or in-cluster).
     :param resources: ``{"requests": {...}, "limits": {...}}``; memory left out is the computed estimate.
-    :param service_account: the pods' service account.
+    :param service_account: the task pods' service account, with its API token mounted; without one they get
+        no token (``automountServiceAccountToken: false``): the tasks never call the API.
     :param node_selector: labels every pod's node must have.
     :param tolerations: Kubernetes tolerations, as in a pod spec.
     :param volumes: extra ``[{"volume": {...pod volume...}, "mount": {...volumeMount...}}]``.
