@@ -15,13 +15,15 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              path pays a fixed cost per partition scanned), fits of one pass over that table (``--steps``, default
              2,000 of 256 rows, as there) and Ignite nodes warmed by ``--input-warmup`` (10) untimed reads;
              beside it, fits of ``--short-steps`` (300): a fit's first block (a shuffle unit, 10,000 rows) is
-             read before its first step, which weighs 4-5x more in those (reported, no goal). Beside each path: the CPU cores the task's pod and the Ignite pods used and their
-             CFS-throttled periods, from their cgroups on the node;
+             read before its first step, which weighs 4-5x more in those (reported, no goal). Beside each
+             path: the CPU cores the task's pod and the Ignite pods used and their CFS-throttled periods,
+             from their cgroups on the node;
   resume     a 2-worker sync cluster of ``--epochs`` (20) epochs, batch 256: worker-1's pod deleted after the
              first epoch record, once for each ``--standby`` value (default ``off,on``: ``kubernetes.standby``,
              the restart handed to warm pods, beside the restart with new pods); reported: the median epoch
-             time, seconds to the pod's end (``pod_gone_s``), to the next epoch recorded after the deletion
-             (``next_epoch_s``; issue 24's goal <= 8 s), of that the restart's own part (``lost_s``: less the
+             time, seconds to the pod's end (``pod_gone_s``), to the restarted attempt's first epoch record
+             (``next_epoch_s``; issue 24's goal <= 8 s; the deleted attempt may record one more while it
+             stops), of that the restart's own part (``lost_s``: less the
              rest of the interrupted epoch, which is work done once either way), the epoch it resumed at, the
              restarts, and the epochs recorded (``epochs_run``, which should equal the epochs asked for);
   locality   a 2-worker cluster with ``placement: required`` (the launcher's own plan): the share of rows read
@@ -174,7 +176,8 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
         deleted_wall, deleted = time.time(), time.monotonic()
         core.delete_namespaced_pod(victim, settings["namespace"])
         gone_s = None
-        while gone_s is None or not next_epoch(state.epochs, deleted_wall):
+        attempt = before[-1].get("attempt", 0)
+        while gone_s is None or not next_epoch(state.epochs, deleted_wall, attempt):
             if gone_s is None and not [p for p in core.list_namespaced_pod(
                     settings["namespace"], label_selector=selector).items if p.metadata.name == victim]:
                 gone_s = time.monotonic() - deleted
@@ -191,17 +194,20 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
     moments = {name: round(found[name] - deleted_wall, 2) for name in RESUME_MOMENTS
                if found.get(name, 0) > deleted_wall}
     # From the final state's epochs: a poll that saw the run end may have read them before the last one.
-    after = next_epoch(state.epochs, deleted_wall)
+    after = next_epoch(state.epochs, deleted_wall, attempt)
     next_s, resumed_at = (float(after["time"]) - deleted_wall, after.get("epoch")) if after else (None, None)
     if next_s is not None:
         moments["next_epoch"] = round(next_s, 2)
     epoch_s = statistics.median(float(e["epoch_s"]) for e in state.epochs) if state.epochs else None
     # What the restart cost the training: the next epoch's record, less what the interrupted epoch still had to
-    # do without a deletion (a median epoch, less its part already done when the pod was deleted). The rest of
-    # the epoch is no loss (its steps are done once, from the preemption checkpoint), but it is in next_epoch_s,
-    # which therefore grows with the epoch's length.
-    done = deleted_wall - float(before[-1].get("time", deleted_wall))
-    lost_s = next_s - max(epoch_s - done, 0.0) if next_s is not None and epoch_s is not None else None
+    # do without a deletion (a median epoch from the old attempt's last record, which may come after the deletion:
+    # the deleted task trains on to the step both workers back up at, which can end an epoch). That rest is no
+    # loss (its steps are done once, from the preemption checkpoint), but it is in next_epoch_s, which
+    # therefore grows with the epoch's length.
+    last_old = max(float(e["time"]) for e in state.epochs if e.get("attempt", 0) == attempt) \
+        if state.epochs else deleted_wall
+    lost_s = next_s - max(last_old + epoch_s - deleted_wall, 0.0) \
+        if next_s is not None and epoch_s is not None else None
     return {"status": state.status.value, "deleted_after_epoch": before[-1].get("epoch"), "pod_gone_s": gone_s,
             "epoch_s": epoch_s, "lost_s": lost_s,
             "next_epoch_s": next_s, "resumed_at_epoch": resumed_at,
@@ -210,9 +216,11 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str) -> dict:
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
 
 
-def next_epoch(epochs: list[dict], deleted_wall: float) -> dict | None:
-    """The first epoch recorded after the deletion (its ``time`` is when the chief recorded it)."""
-    return next((e for e in epochs if float(e.get("time", 0)) > deleted_wall), None)
+def next_epoch(epochs: list[dict], deleted_wall: float, attempt: int) -> dict | None:
+    """The first epoch the restarted cluster recorded after the deletion (its ``time`` is when the chief recorded
+    it): not one of ``attempt``, the attempt deleted from, which may still end an epoch while its tasks stop."""
+    return next((e for e in epochs if float(e.get("time", 0)) > deleted_wall and e.get("attempt", 0) != attempt),
+                None)
 
 
 def locality(conn, tmp: Path, settings: dict, cache: str) -> dict:
