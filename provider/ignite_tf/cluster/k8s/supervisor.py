@@ -198,8 +198,8 @@ def start(api_client, spec: ClusterSpec, settings: KubernetesSettings, namespace
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api_client)
-    # The head start's questions (a backup in the store? the memory estimate) and the RBAC objects are asked
-    # for in threads while the root, the Secret and the Deployment are made: each is a round trip or more.
+    # In threads: the head start's questions (a backup? the estimate) while the root, the Secret and the
+    # Deployment are made; the RBAC objects beside the Ignite pods' lookup, before anything of the cluster exists.
     first = None if head_start is None else first_pods_backend(core, spec, settings, namespace, image, **head_start)
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-rbac")
     rbac = pool.submit(ensure_rbac, api_client, namespace)
