@@ -15,7 +15,7 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              path pays a fixed cost per partition scanned), fits of one pass over that table (``--steps``, default
              2,000 of 256 rows, as there) and Ignite nodes warmed by ``--input-warmup`` (10) untimed reads;
              beside it, fits of ``--short-steps`` (300): a fit's first block (a shuffle unit, 10,000 rows) is
-             read before its first step, which weighs 4-5x more in those (reported, no goal). Beside each
+             read before its first step, which weighs about 7x more in those (reported, no goal). Beside each
              path: the CPU cores the task's pod and the Ignite pods used and their CFS-throttled periods,
              from their cgroups on the node;
   resume     a 2-worker sync cluster of ``--epochs`` (20) epochs, batch 256: worker-1's pod deleted after the
