@@ -30,7 +30,7 @@ BENCHES = {
     "e2e.py": (["| DAG stage | seconds | share of dag_s |", "| run | wall s | / direct_s | TF cluster lifetime s |",
                 "| cluster lifetime (median s) |"],
                {"dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s", "phases"}),
-    "k8s_startup.py": (["| launcher (2 sync workers) | start_cluster returned (s) |"],
+    "k8s_startup.py": (["| round | launcher (2 sync workers) | start_cluster returned (s) |"],
                        {"runs", "kubernetes_vs_local", "goal"}),
     "tf_baseline_memory.py": (["| sample | parameters | peak (MiB) | measured by | seconds |"],
                               {"peak_mib", "param_bytes", "measured", "tensorflow", "how", "samples_mib", "samples"}),
@@ -38,7 +38,7 @@ BENCHES = {
     "k8s_memory_growth.py": (["| figure | first | last | growth |"], {"growth", "samples", "status", "epoch_s"}),
     "run_root.py": (["| run root | epoch (median s) |"],
                     {"rows", "epochs", "runs", "folder_epoch_s", "s3_epoch_s", "s3_vs_folder"}),
-    "k8s_deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local |"],
+    "k8s_deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local (medians; each round) |"],
                         {"startup", "input", "resume", "locality", "goals"}),
 }
 # Not benches: what they import or launch (run by the benches above).

@@ -13,6 +13,8 @@ def test_marks_are_read_back_and_a_later_attempt_wins():
     out = "\n".join([timeline.line("tf_imported", 100.5), "[ignite-tf 12:00:00] noise", "timing: broken at x",
                      timeline.line("tf_imported", 200.25), timeline.line("fit_start", 201.0)])
     assert timeline.marks(out) == {"tf_imported": 200.25, "fit_start": 201.0}
+    # every attempt's moments, in the output's order (the restart bench takes each deletion's own)
+    assert timeline.all_marks(out) == [("tf_imported", 100.5), ("tf_imported", 200.25), ("fit_start", 201.0)]
 
 
 def test_a_process_start_is_taken_from_the_kernel_not_from_its_first_line():

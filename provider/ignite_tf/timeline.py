@@ -70,14 +70,19 @@ def process_started() -> float | None:
     return now - (up - ticks / os.sysconf("SC_CLK_TCK"))  # /proc/uptime, not btime: btime is whole seconds
 
 
-def marks(output: str) -> dict[str, float]:
-    """The moments in an output; a later line of the same name (a restarted attempt) wins."""
-    found = {}
+def all_marks(output: str) -> list[tuple[str, float]]:
+    """Every moment in an output, in the order of its lines (a restarted attempt's again)."""
+    found = []
     for text in output.splitlines():
         parts = text.split()
         if len(parts) == 4 and parts[0] == TIMING and parts[2] == "at":
             try:
-                found[parts[1]] = float(parts[3])
+                found.append((parts[1], float(parts[3])))
             except ValueError:
                 continue
     return found
+
+
+def marks(output: str) -> dict[str, float]:
+    """The moments in an output; a later line of the same name (a restarted attempt) wins."""
+    return dict(all_marks(output))

@@ -50,6 +50,8 @@ ENV_TASK = "IGNITE_TF_STANDBY_TASK"
 LABEL = "ignite-tf.io/standby"
 """On a standby pod until the supervisor hands it an attempt (then removed)."""
 POLL_S = 0.2
+WAITING = "standby: TensorFlow imported, waiting for an attempt"
+"""What a standby pod prints once it is warm (in its own log)."""
 ASK_S = 2.0  # how often a restarted attempt's epochs are asked for before its next warm generation
 
 
@@ -283,7 +285,7 @@ def main(argv: list[str]) -> None:
     timeline.carry("standby_started")
     preload()
     warm(argv[1:])
-    print("[ignite-tf] standby: TensorFlow imported, waiting for an attempt", flush=True)
+    print(f"[ignite-tf] {WAITING}", flush=True)
     go = wait_for_go(int(os.environ[ENV_GENERATION]), os.environ[ENV_TASK], os.environ[ENV_CLUSTER_ID])
     if go is None:
         print("[ignite-tf] standby: the cluster ended; not needed", flush=True)
