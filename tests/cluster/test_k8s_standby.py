@@ -1,7 +1,8 @@
 """Warm standby pods (``kubernetes.standby``) without a cluster: the setting, which commands can wait warm, and a
 real standby process waiting on a real (file) state store until its go record, then running the task's module
 in-process with the record's environment. Simulated: nothing is a pod here and the preload (TensorFlow's
-import) is left out; the pod path runs in bench/k8s_deployed.py --parts resume."""
+import) is left out; the pod path runs in tests/cluster/test_k8s_training.py (a restart on the warm pods) and
+bench/k8s_deployed.py --parts resume."""
 
 from __future__ import annotations
 
@@ -109,3 +110,27 @@ def test_a_standby_calls_its_modules_fork_server_hook_with_the_tasks_arguments(t
     assert standby_hook.SEEN == [["--epochs", "3"], ["fail"]]
     out = capsys.readouterr().out
     assert "standby: standby_hook:preload failed (ValueError: hook failed on purpose); the task does it itself" in out
+
+
+@pytest.mark.parametrize("kind", ["local", "ignite"])
+def test_a_poll_of_the_state_alone_leaves_the_records_out(kind, tmp_path, ignite_conn):
+    """What a standby pod polls for its go (``get(records=False)``): the state as recorded, the go record in it,
+    without the epochs and reads that a full ``get`` reads besides (real Ignite caches for ``ignite``)."""
+    import uuid
+
+    from ignite_tf.cluster.state import IgniteStateStore
+
+    store = LocalStateStore(tmp_path / "state") if kind == "local" else IgniteStateStore(ignite_conn)
+    cluster_id = f"sb-{uuid.uuid4().hex[:8]}"
+    try:
+        state = ClusterState(cluster_id=cluster_id, cache="c", mode="sync", run_dir=str(tmp_path))
+        state.launcher[standby.GO_KEY] = {"generation": 1, "tasks": {"worker-0": {"set": {}, "unset": []}}}
+        store.put(state)
+        store.add_epoch(cluster_id, {"epoch": 1, "loss": 0.5, "time": time.time()})
+        store.add_reads(cluster_id, 0, 1, {"rows": 10})
+        alone, whole = store.get(cluster_id, records=False), store.get(cluster_id)
+        assert alone.launcher[standby.GO_KEY]["generation"] == 1 and alone.epochs == [] and alone.reads == []
+        assert [e["epoch"] for e in whole.epochs] == [1] and [r["worker"] for r in whole.reads] == [0]
+    finally:
+        store.delete(cluster_id)
+        store.close()

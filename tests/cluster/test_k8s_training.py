@@ -310,3 +310,56 @@ def test_cli_training_survives_a_deleted_worker_pod_and_is_read_from_the_store_a
     predicted = _predict(reader_home / "registry" / "e2e_cli" / version / "saved_model", _feature_rows(4))
     assert len(predicted) == 4
     assert not list(launcher_home.glob("**/checkpoints")), "the run is in the object store, not the launcher's folder"
+
+
+def test_a_deleted_worker_restarts_on_the_warm_standby_pods(deployed):
+    """``kubernetes.standby: true`` on the real node: once the first attempt is up the supervisor makes one warm
+    pod per task, which imports TensorFlow and waits for its go record in the state store (one small read a
+    poll). worker-1's pod deleted once both say they wait: the whole-cluster restart is handed to them (no new
+    task pod is made), the restarted chief resumes from the newest backup on the object store, and the epochs
+    run equal the epochs asked, none twice. Nothing simulated."""
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.cluster.api import start_cluster
+    from ignite_tf.cluster.k8s import objects, standby
+    from ignite_tf.etl import load
+
+    core, ns, conn, run_root, _ = deployed
+    cache, cid, epochs = f"e2e_sb_{uuid.uuid4().hex[:6]}", f"k8s-sb-{uuid.uuid4().hex[:6]}", 16
+    load(conn, cache, demo_data.tabular(20_000, seed=5), key="id")  # epochs of seconds: the warm pods come first
+    launcher = make_launcher(conn, kind="kubernetes", kubernetes={"namespace": ns, "standby": True})
+    job = {"entry_point": "ignite_tf.models:tabular_classifier",
+           "args": ["--epochs", str(epochs), "--batch-size", "64", "--label-column", "label"]}
+    start_cluster(cache, job, conn=conn, mode="sync", workers=2, max_restarts=1, cluster_id=cid, run_root=run_root,
+                  launcher=launcher, startup_deadline_s=900)
+
+    def warm_waiting() -> list[str]:
+        pods = core.list_namespaced_pod(ns, label_selector=f"{objects.LABEL_CLUSTER}={cid},{standby.LABEL}").items
+        try:
+            return sorted(p.metadata.name for p in pods
+                          if standby.WAITING in (core.read_namespaced_pod_log(p.metadata.name, ns) or ""))
+        except Exception:  # noqa: BLE001 - a pod not started yet has no log
+            return []
+
+    try:
+        warm = wait_for(lambda: len(warm_waiting()) == 2 and warm_waiting(), 600, "two warm pods waiting",
+                        poll=0.5, seen=lambda: launcher.status(cid).status.value)
+        assert len(launcher.store.epochs(cid)) < epochs - 2, "trained to its end before the warm pods waited"
+        (victim,) = [p.metadata.name for p in core.list_namespaced_pod(
+            ns, label_selector=f"{objects.LABEL_CLUSTER}={cid},{objects.LABEL_TASK}=worker-1").items
+            if standby.LABEL not in (p.metadata.labels or {})]  # the running attempt's, not its warm one
+        assert victim not in warm
+        core.delete_namespaced_pod(victim, ns)
+        state = launcher.wait(cid, timeout=900)
+    finally:
+        if not launcher.status(cid).status.final:
+            launcher.stop(cid)
+    out = launcher.output(cid)[0]
+    assert state.status is Status.SUCCEEDED and state.restarts == 1, (state.failures, out[-3000:])
+    assert "standby: attempt 1 handed to the warm pods of generation 1" in out, out[-3000:]
+    recorded = [e["epoch"] for e in state.epochs]
+    assert sorted(recorded) == list(range(1, epochs + 1)), recorded
+    assert {e.get("attempt", 0) for e in state.epochs} == {0, 1}, state.epochs
+    chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
+    assert "resuming at epoch" in chief, chief[-3000:]
+    assert_nothing_left(cid, k8s=(core, ns))

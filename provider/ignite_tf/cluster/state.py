@@ -300,9 +300,11 @@ class StateStore(ABC):
         the one record holding an ``evaluation`` key, which ``get`` takes out of the epochs."""
         self.add_epoch(cluster_id, {EVALUATION: evaluation, "time": round(time.time(), 3)})
 
-    def get(self, cluster_id: str) -> ClusterState | None:
+    def get(self, cluster_id: str, *, records: bool = True) -> ClusterState | None:
+        """The cluster's state; with ``records`` (default) also its epochs, its evaluation and its workers'
+        reads, each a read of its own (``records=False``: one read, for a poll of the state alone)."""
         state = self._get(cluster_id)
-        if state is not None:
+        if state is not None and records:
             records = self.epochs(cluster_id)
             state.epochs = [r for r in records if EVALUATION not in r]
             state.evaluation = next((r[EVALUATION] for r in reversed(records) if EVALUATION in r), None)
