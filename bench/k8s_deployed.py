@@ -180,6 +180,8 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str, deletions: 
         except Exception:  # noqa: BLE001 - a pod not started yet has no log
             return False
 
+    # Warm pods need the pod network and cluster DNS: with --host-network a standby cluster restarts cold.
+    expect_warm = bool(settings.get("standby")) and not settings.get("host_network")
     done: list[dict] = []  # per deletion: the wall time, the attempt it interrupted, the pod's end
     t0 = time.monotonic()
     try:
@@ -195,8 +197,8 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str, deletions: 
             ours = [e for e in state.epochs if float(e.get("time", 0)) > since and e.get("attempt", 0) != attempt]
             if armed is None and len(ours) >= (EPOCHS_BETWEEN if done else 1):
                 fresh, waited = not waited, waited or time.monotonic()  # fresh: the last record came at this poll
-                warm = bool(settings.get("standby")) and warm_waiting()
-                if warm or not settings.get("standby") or time.monotonic() - waited > WARM_WAIT_S:
+                warm = expect_warm and warm_waiting()
+                if warm or not expect_warm or time.monotonic() - waited > WARM_WAIT_S:
                     armed = len(state.epochs) - (1 if fresh else 0)
             # Each deletion follows an epoch record at once: the same point of the epoch each time (the farthest
             # from the next record), with or without standby; with it, once the warm pods wait (what the setting

@@ -207,7 +207,8 @@ def table(result: dict) -> str:
             if key in first and key in last:
                 lines.append(f"| {key} | {first[key]:.1f} | {last[key]:.1f} | {last[key] - first[key]:+.1f} |")
         key = "rss" if "rss" in last else "RssAnon"
-        by_epoch = {s["epochs"]: s[key] for s in result["samples"][task]}
+        # A sample read as the process ended may lack a figure: it is left out here as in the growth rows.
+        by_epoch = {s["epochs"]: s[key] for s in result["samples"][task] if key in s}
         lines += ["", f"{key} by epochs recorded: " + ", ".join(f"{e}: {v:.0f}" for e, v in sorted(by_epoch.items())), ""]
         folders = result["folders"].get(task) or []
         if folders:

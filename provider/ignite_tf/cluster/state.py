@@ -305,9 +305,9 @@ class StateStore(ABC):
         reads, each a read of its own (``records=False``: one read, for a poll of the state alone)."""
         state = self._get(cluster_id)
         if state is not None and records:
-            records = self.epochs(cluster_id)
-            state.epochs = [r for r in records if EVALUATION not in r]
-            state.evaluation = next((r[EVALUATION] for r in reversed(records) if EVALUATION in r), None)
+            kept = self.epochs(cluster_id)
+            state.epochs = [r for r in kept if EVALUATION not in r]
+            state.evaluation = next((r[EVALUATION] for r in reversed(kept) if EVALUATION in r), None)
             state.reads = self.reads(cluster_id)
         return state
 
