@@ -236,3 +236,36 @@ def test_async_tasks_stop_on_sigterm_promptly(tabular, ignite_conn, tmp_path):  
             assert tasks.procs[name].wait(timeout=5) == STOPPED_EXIT_CODE, tasks.logs()
     print("async SIGTERM to exit: " + ", ".join(f"{n} {s:.3f}s" for n, s in times.items()))
     assert all(s < BOUND_S for s in times.values()), times
+
+
+def test_a_save_on_sigterm_at_an_epochs_last_step_reports_that_epoch(tmp_path, monkeypatch):
+    """The reporter's part of the end after the save on SIGTERM (``stopping._end_after_save`` calls it): that
+    save at an epoch's last step ends the task before ``on_epoch_end``, and the restart resumes at the next epoch,
+    so the epoch is reported then, with the last batch's logs (real TensorFlow tensors, a real file state store);
+    at any other step nothing is, and an epoch already reported is not reported twice."""
+    from ignite_tf.cluster.state import store_to_env
+    from ignite_tf.contract import ENV_CLUSTER_ID, Mode
+    from ignite_tf.runtime.report import EpochReporter
+    from ignite_tf.runtime.start import import_tf
+    from ignite_tf.runtime.task import TaskInfo
+
+    tf = import_tf()
+    store = LocalStateStore(tmp_path / "state")
+    for key, value in {**store_to_env(store), ENV_CLUSTER_ID: "c-stop"}.items():
+        monkeypatch.setenv(key, value)
+    reporter = EpochReporter(tf, TaskInfo("worker", 0, Mode.SYNC, {"worker": ["a:1", "b:2"]}), epochs=5, steps=4,
+                             examples_per_step=64, tb_dir=tmp_path / "tb")
+    reporter.on_epoch_begin(2)
+    reporter.on_train_batch_end(2, {"loss": tf.constant(0.5)})
+    reporter.end_epoch_if_complete()  # the save came at step 3 of 4: the restart trains the rest of epoch 3
+    assert store.epochs("c-stop") == []
+    reporter.on_train_batch_end(3, {"loss": tf.constant(0.25), "accuracy": tf.constant(0.75)})
+    reporter.end_epoch_if_complete()
+    reporter.end_epoch_if_complete()
+    (record,) = store.epochs("c-stop")
+    assert (record["epoch"], record["loss"], record["accuracy"]) == (3, 0.25, 0.75), record
+    reporter.on_epoch_begin(3)
+    reporter.on_train_batch_end(3, {"loss": tf.constant(0.2)})
+    reporter.on_epoch_end(3, {"loss": 0.2})  # ended normally, then a save on SIGTERM at that same step
+    reporter.end_epoch_if_complete()
+    assert [r["epoch"] for r in store.epochs("c-stop")] == [3, 4]

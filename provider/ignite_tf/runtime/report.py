@@ -44,6 +44,7 @@ class EpochReporter:
         self._store = self._writer = None
         self._epoch = 0
         self._stepped = False
+        self._batch, self._batch_logs, self._ended = -1, None, -1  # the last batch seen, the last epoch ended
         self.epochs_run = 0  # epochs this task trained (a restart trains only those not backed up)
         self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
         if info.is_chief and self._cluster_id:
@@ -79,9 +80,18 @@ class EpochReporter:
         if not self._stepped:
             self._stepped = True
             timeline.mark("first_step", show=self.info.is_chief)
+        self._batch, self._batch_logs = batch, logs  # tensors: read only if the task ends at this step
         contract.report(f"epoch {self._epoch + 1} step {batch + 1}")
 
+    def end_epoch_if_complete(self) -> None:
+        """Called as the task ends after its save on SIGTERM (a step's backup): when that step was its epoch's
+        last, the epoch is reported now, for ``on_epoch_end`` will not run and a restart resumes at the next
+        epoch. The last batch's logs are the epoch's metrics (Keras' metrics accumulate over the epoch)."""
+        if self._batch == self.steps - 1 and self._ended != self._epoch:
+            self.on_epoch_end(self._epoch, self._batch_logs)
+
     def on_epoch_end(self, epoch, logs=None):
+        self._ended = epoch
         seconds = time.monotonic() - self._t0
         self.last = metrics = self.metrics(epoch, logs, seconds)
         self.epochs_run += 1

@@ -76,18 +76,20 @@ def newest_attempt(backup_dir: Path) -> int:
         return -1
 
 
-def backup_callbacks(tf_keras, strat, info: TaskInfo, backup_dir: Path, save_freq, on_backup=None) -> list:
+def backup_callbacks(tf_keras, strat, info: TaskInfo, backup_dir: Path, save_freq, on_backup=None,
+                     on_stop_saved=None) -> list:
     """The callbacks, in order, that back up and restore ``fit`` (before any that reports an epoch):
     the fence, tf_keras' ``BackupAndRestore`` (kept after ``fit``; with the save on SIGTERM where
     ``saves_on_stop``) and the hook that takes that save's end over. ``on_backup()`` runs after each
-    epoch's backup and after the backup on SIGTERM (a run store's push)."""
+    epoch's backup and after the backup on SIGTERM (a run store's push); ``on_stop_saved()`` after the backup
+    on SIGTERM, first (the reporter's ``end_epoch_if_complete``)."""
     preempt = saves_on_stop(strat, info)
     if preempt:
         _allow_save_before_preemption(strat)
         _mirror_chief_backup(backup_dir, strat, info)
     backup = tf_keras.callbacks.BackupAndRestore(str(backup_dir), save_freq=save_freq, delete_checkpoint=False,
                                                  save_before_preemption=preempt)
-    return [_fence(tf_keras, backup_dir), backup, _after_backup(tf_keras, preempt, on_backup)]
+    return [_fence(tf_keras, backup_dir), backup, _after_backup(tf_keras, preempt, on_backup, on_stop_saved)]
 
 
 def _mirror_chief_backup(backup_dir: Path, strat, info: TaskInfo) -> None:
@@ -188,7 +190,7 @@ def _fence(tf_keras, backup_dir: Path):
     return Fence()
 
 
-def _after_backup(tf_keras, preempt: bool, on_backup):
+def _after_backup(tf_keras, preempt: bool, on_backup, on_stop_saved=None):
     class AfterBackup(tf_keras.callbacks.Callback):
         """Takes over the end of the preemption save: the handler's own end raises SystemExit(42) inside
         ``fit``; this task ends with the contract's code once the save is written, and the handler's
@@ -198,7 +200,7 @@ def _after_backup(tf_keras, preempt: bool, on_backup):
             handler = getattr(self.model, "_preemption_handler", None) if preempt else None
             if handler is None:
                 return
-            handler._exit_fn = lambda: _end_after_save(on_backup)
+            handler._exit_fn = lambda: _end_after_save(on_backup, on_stop_saved)
             on_sigterm = handler._sigterm_handler_fn
             contract.handle_stop(on_stop=lambda: on_sigterm(15, None))
 
@@ -209,8 +211,13 @@ def _after_backup(tf_keras, preempt: bool, on_backup):
     return AfterBackup()
 
 
-def _end_after_save(on_backup) -> None:
+def _end_after_save(on_backup, on_stop_saved=None) -> None:
     print("stop: backup written at the agreed step; ending", file=sys.stderr, flush=True)
+    try:
+        if on_stop_saved is not None:
+            on_stop_saved()
+    except Exception as exc:  # noqa: BLE001 - a report must not keep the task from ending
+        print(f"stop: reporting the step's epoch failed: {exc}", file=sys.stderr, flush=True)
     try:
         if on_backup is not None:
             on_backup()
