@@ -205,8 +205,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     # Backup first: an epoch is reported only once it would survive a restart.
     callbacks = [*stopping.backup_callbacks(tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch",
                                             on_backup=store_sync.pushed_then(on_backup),
-                                            on_stop_saved=reporter.end_epoch_if_complete),
-                 reporter.callback(tf_keras)]
+                                            on_stop_saved=reporter.end_epoch_if_complete), reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
