@@ -53,11 +53,16 @@ class EpochReporter:
             self._store = store_from_env()
 
     def callback(self, tf_keras):
-        """This reporter as a tf_keras callback. Batch logs stay tensors (``_supports_tf_logs``): reading them
-        each step would synchronise every step."""
+        """This reporter as a tf_keras callback (after the backup's: an epoch is reported once it is backed up)."""
         return tf_keras.callbacks.LambdaCallback(
             on_train_begin=self.on_train_begin, on_train_end=self.on_train_end, on_epoch_begin=self.on_epoch_begin,
-            on_epoch_end=self.on_epoch_end, on_train_batch_end=self.on_train_batch_end, _supports_tf_logs=True)
+            on_epoch_end=self.on_epoch_end)
+
+    def steps_callback(self, tf_keras):
+        """Its step's part, a callback to put before the backup's, whose batch end may save on SIGTERM and end
+        the task (``end_epoch_if_complete``). Batch logs stay tensors (``_supports_tf_logs``): reading them each
+        step would synchronise every step."""
+        return tf_keras.callbacks.LambdaCallback(on_train_batch_end=self.on_train_batch_end, _supports_tf_logs=True)
 
     def on_train_begin(self, logs=None):
         # The last callback: every other one's start (the backup's restore) is done.

@@ -202,10 +202,10 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                     label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
                     start_step=start_step, shuffle_buffer=shuffle_buffer)
     reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
-    # Backup first: an epoch is reported only once it would survive a restart.
-    callbacks = [*stopping.backup_callbacks(tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch",
-                                            on_backup=store_sync.pushed_then(on_backup),
-                                            on_stop_saved=reporter.end_epoch_if_complete), reporter.callback(tf_keras)]
+    # Backup first: an epoch is reported only once it would survive a restart (its steps are counted before).
+    callbacks = [reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
+        tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch", on_backup=store_sync.pushed_then(
+            on_backup), on_stop_saved=reporter.end_epoch_if_complete), reporter.callback(tf_keras)]
     timeline.mark("fit_start", show=info.is_chief)
     model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
