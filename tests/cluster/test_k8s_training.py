@@ -286,7 +286,9 @@ def test_cli_training_survives_a_deleted_worker_pod_and_is_read_from_the_store_a
         reader.join(timeout=30)
     text = "".join(output)
     state = make_launcher(conn).status(cid)
-    assert start.returncode == 0 and state.status is Status.SUCCEEDED, text[-3000:]
+    if start.returncode != 0 or state.status is not Status.SUCCEEDED:  # each task's log, before the prefix goes
+        logs = {t: (RunStore(state.run_dir).read_text(LAYOUT.log(t)) or "")[-2000:] for t in ("worker-0", "worker-1")}
+        raise AssertionError(f"{state.status.value}: {state.reason}\n{text[-3000:]}\n{logs}")
     assert state.run_dir.startswith(run_root + "/"), state.run_dir
     assert state.restarts == 1, state.failures
     recorded = [e["epoch"] for e in state.epochs]
