@@ -26,8 +26,9 @@ Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite po
              reported per deletion and as their median: seconds to the pod's end (``pod_gone_s``), to the
              restarted attempt's first epoch record (``next_epoch_s``; issue 24's goal <= 8 s; the deleted
              attempt may record one more while it stops), of that the restart's own part (``lost_s``: less the
-             rest of the interrupted epoch, which is work done once either way), the epoch it resumed at; and the median epoch time, the restarts, the epochs recorded (``epochs_run``, which
-             should equal the epochs asked for);
+             rest of the interrupted epoch, which is work done once either way), the epoch it resumed at;
+             and the median epoch time, the restarts, the epochs recorded (``epochs_run``, which should equal
+             the epochs asked for);
   locality   a 2-worker cluster with ``placement: required`` (the launcher's own plan): the share of rows read
              locally as the launcher planned it and as the workers' readers measured it (``ClusterState.
              measured_locality``: rows served by an Ignite pod on the worker's own node); goal: measured >= 95%.
@@ -211,7 +212,7 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str, deletions: 
             if not (ready and victim):
                 time.sleep(0.1)
                 continue
-            attempt = state.epochs[-1].get("attempt", 0)
+            attempt, after_epoch = state.epochs[-1].get("attempt", 0), state.epochs[-1].get("epoch")
             deleted_wall, deleted = time.time(), time.monotonic()
             core.delete_namespaced_pod(victim, namespace)
             gone_s = None
@@ -223,9 +224,8 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str, deletions: 
                     break
                 time.sleep(0.1)
                 state = launcher.status(cluster_id)  # one read: its epochs and its status agree
-            done.append({"wall": deleted_wall, "attempt": attempt, "after_epoch": state.epochs and [
-                e for e in state.epochs if float(e.get("time", 0)) <= deleted_wall][-1].get("epoch"), "gone_s": gone_s,
-                "warm": warm})
+            done.append({"wall": deleted_wall, "attempt": attempt, "after_epoch": after_epoch, "gone_s": gone_s,
+                         "warm": warm})
             since, victim, armed, waited = deleted_wall, None, None, 0.0
         state = wait_cluster(launcher, cluster_id, poll_s=0.5)
     finally:

@@ -82,7 +82,7 @@ def backup_callbacks(tf_keras, strat, info: TaskInfo, backup_dir: Path, save_fre
     the fence, tf_keras' ``BackupAndRestore`` (kept after ``fit``; with the save on SIGTERM where
     ``saves_on_stop``) and the hook that takes that save's end over. ``on_backup()`` runs after each
     epoch's backup and after the backup on SIGTERM (a run store's push); ``on_stop_saved()`` after the backup
-    on SIGTERM, first (the reporter's ``end_epoch_if_complete``)."""
+    on SIGTERM and its push (the reporter's ``end_epoch_if_complete``)."""
     preempt = saves_on_stop(strat, info)
     if preempt:
         _allow_save_before_preemption(strat)
@@ -214,12 +214,11 @@ def _after_backup(tf_keras, preempt: bool, on_backup, on_stop_saved=None):
 def _end_after_save(on_backup, on_stop_saved=None) -> None:
     print("stop: backup written at the agreed step; ending", file=sys.stderr, flush=True)
     try:
+        if on_backup is not None:
+            on_backup()  # the push first: an epoch is reported once its backup would survive a restart
         if on_stop_saved is not None:
             on_stop_saved()
-    except Exception as exc:  # noqa: BLE001 - a report must not keep the task from ending
-        print(f"stop: reporting the step's epoch failed: {exc}", file=sys.stderr, flush=True)
-    try:
-        if on_backup is not None:
-            on_backup()
+    except Exception as exc:  # noqa: BLE001 - reported; the task ends all the same
+        print(f"stop: after the backup: {exc}", file=sys.stderr, flush=True)
     finally:
         contract.exit_now(STOPPED_EXIT_CODE)
