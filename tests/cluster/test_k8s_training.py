@@ -365,3 +365,76 @@ def test_a_deleted_worker_restarts_on_the_warm_standby_pods(deployed):
     chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
     assert "resuming at epoch" in chief, chief[-3000:]
     assert_nothing_left(cid, k8s=(core, ns))
+
+
+def test_a_second_cluster_starts_on_the_warm_pool_the_first_one_left(deployed):
+    """``kubernetes.warm_pool`` on the real node: cluster A (sync, 2 workers) succeeds and leaves one warm pod per
+    task, which imports TensorFlow and waits; cluster B, the same job in the namespace (retraining), runs its first
+    attempt on those pods: the launcher makes no first pods, B's supervisor hands each pod its task through the
+    state store (TF_CONFIG by the pods' IPs) and makes it its own, B trains every epoch and publishes its model
+    in the run store, and the pods it took removed their entries in the state store. A cluster with other
+    variables (``env``) does not take them. Each cluster leaves a pool; past their end the sweep deletes them, and
+    nothing of the clusters or their pools is left. Nothing simulated."""
+    from ignite_tf_dev import demo_data
+
+    from ignite_tf.cluster.api import start_cluster
+    from ignite_tf.cluster.k8s import pool
+    from ignite_tf.etl import load
+
+    core, ns, conn, run_root, _ = deployed
+    cache, tag = f"e2e_pool_{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:6]
+    load(conn, cache, demo_data.tabular(2_000, seed=5), key="id")
+    launcher = make_launcher(conn, kind="kubernetes", kubernetes={"namespace": ns, "warm_pool": 300})
+    job = {"entry_point": "ignite_tf.models:tabular_classifier",
+           "args": ["--epochs", "2", "--batch-size", "64", "--label-column", "label"]}
+
+    def run(cid: str, **extra):
+        start_cluster(cache, job, conn=conn, mode="sync", workers=2, cluster_id=cid, run_root=run_root,
+                      launcher=launcher, startup_deadline_s=900, **extra)
+        return launcher.wait(cid, timeout=900)
+
+    def pool_pods(maker: str) -> list:
+        return core.list_namespaced_pod(ns, label_selector=f"{pool.LABEL}={maker}").items
+
+    def waiting(maker: str) -> list[str]:
+        try:
+            return sorted(p.metadata.name for p in pool_pods(maker)
+                          if pool.WAITING in (core.read_namespaced_pod_log(p.metadata.name, ns) or ""))
+        except Exception:  # noqa: BLE001 - a pod not started yet has no log
+            return []
+
+    first, second, other = f"k8s-pa-{tag}", f"k8s-pb-{tag}", f"k8s-pc-{tag}"
+    try:
+        state = run(first)
+        assert state.status is Status.SUCCEEDED, launcher.output(first)[0][-3000:]
+        warm = wait_for(lambda: len(waiting(first)) == 2 and waiting(first), 300, "two warm pool pods waiting",
+                        poll=0.5)
+        uids = [p.metadata.uid for p in pool_pods(first)]
+        # Another job's variables: not the pods it imported with; it makes its own pods and leaves the pool.
+        state = run(other, env={"IGNITE_TF_TEST_OTHER": "1"})
+        assert state.status is Status.SUCCEEDED, launcher.output(other)[0][-3000:]
+        assert "warm pool: first attempt" not in launcher.output(other)[0]
+        assert sorted(p.metadata.name for p in pool_pods(first)) == warm
+        state = run(second)
+        out = launcher.output(second)[0]
+        assert state.status is Status.SUCCEEDED, out[-3000:]
+        assert "warm pool: first attempt on the warm pods" in out, out[-3000:]
+        for name in warm:  # B's tasks ran in A's pool pods (still there: ended, owned by B until B's end)
+            assert name in out, out[-3000:]
+        assert not [p for p in pool_pods(first) if p.status.phase == "Running"]
+        assert sorted(e["epoch"] for e in state.epochs) == [1, 2], state.epochs
+        chief = RunStore(state.run_dir).read_text(LAYOUT.log("worker-0")) or ""
+        assert "pool: taken by cluster " + second in chief, chief[-3000:]
+        assert RunStore(state.run_dir).exists(LAYOUT.model / "saved_model.pb"), "B's SavedModel in the run store"
+        assert [launcher.store.mail(pool.mail_key(u)) for u in uids] == [None, None], "a taken pod's entry is removed"
+    finally:
+        for cid in (first, other, second):
+            if cid in launcher.store.ids() and not launcher.status(cid).status.final:
+                launcher.stop(cid)
+    for cid in (first, other, second):
+        assert_nothing_left(cid, k8s=(core, ns))
+    # A, B and the other cluster each left a pool (A's pods taken by B); past their end they are swept.
+    assert len(pool.sweep(core, ns, launcher.store, now=float("inf"))) == 3
+    wait_for(lambda: not core.list_namespaced_pod(ns, label_selector=pool.LABEL).items
+             and not core.list_namespaced_secret(ns, label_selector=pool.LABEL).items, 120,
+             "the pools' pods and Secrets to be deleted", poll=0.5)

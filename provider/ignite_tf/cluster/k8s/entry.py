@@ -74,17 +74,24 @@ def main(argv: list[str]) -> None:
     if started is not None:
         timeline.carry("process_started", at=started)
     timeline.carry("entry_started")
+    prepare(cwd)
+    sys.stdout.flush()
+    run_as_pid1(command)
+
+
+def prepare(cwd: str, start_dir: str = startfiles.MOUNT) -> list[str]:
+    """The task's folder (made, and the working directory), what the run store holds for it (``fetch_run``) and
+    ``PYTHONPATH`` in this process's environment; returns the folders the task imports from, in order (the
+    taskboot's, the shipped code's, the job folder)."""
     Path(cwd).mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
     if os.environ.get(ENV_PROGRESS_FILE):
         Path(os.environ[ENV_PROGRESS_FILE]).parent.mkdir(parents=True, exist_ok=True)
-    shipped = fetch_run()
+    shipped = fetch_run(start_dir=start_dir)
     timeline.carry("code_fetched")
-    job_dir = os.environ.get(ENV_JOB_DIR)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TASKBOOT_DIR, shipped, job_dir,
-                                                              os.environ.get("PYTHONPATH")]))
-    sys.stdout.flush()
-    run_as_pid1(command)
+    path = [p for p in (TASKBOOT_DIR, shipped, os.environ.get(ENV_JOB_DIR)) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")]))
+    return path
 
 
 def run_as_pid1(command: list[str]) -> None:

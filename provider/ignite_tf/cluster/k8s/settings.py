@@ -98,6 +98,10 @@ class KubernetesSettings:
         attempt, so that a whole-cluster restart (a lost worker) is handed to pods that are already scheduled
         and imported instead of new ones (``ignite_tf.cluster.k8s.standby``). Off by default: it doubles the
         pods' memory requests and costs a TensorFlow import per task after each (re)start.
+    :param warm_pool: seconds that a sync cluster's warm pods wait after it succeeded, for the next cluster in
+        the namespace with the same image, memory, credentials and nodes, whose first attempt then runs on them
+        instead of new pods (``ignite_tf.cluster.k8s.pool``: no scheduling, start or TensorFlow import on its
+        launch's path). 0 (the default): none. Costs each task's memory for that long.
     """
 
     namespace: str | None = None
@@ -119,6 +123,7 @@ class KubernetesSettings:
     supervisor: SupervisorMode = DEFAULT_SUPERVISOR
     max_runtime: float | None = None
     standby: bool = False
+    warm_pool: float = 0
 
     def __post_init__(self):
         self.placement = Placement.parse(self.placement)
@@ -129,6 +134,8 @@ class KubernetesSettings:
             raise ConfigError(f"kubernetes.max_runtime: seconds > 0 or null (got {self.max_runtime!r})")
         if not isinstance(self.standby, bool):
             raise ConfigError(f"kubernetes.standby: true or false (got {self.standby!r})")
+        if isinstance(self.warm_pool, bool) or not isinstance(self.warm_pool, int | float) or self.warm_pool < 0:
+            raise ConfigError(f"kubernetes.warm_pool: seconds >= 0 (got {self.warm_pool!r}; 0: no warm pool)")
         unknown = set(self.resources) - {"requests", "limits"}
         if unknown:
             raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")

@@ -77,6 +77,14 @@ def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]
             "unset": sorted(k for k in created if k not in wanted)}
 
 
+def fits(backend) -> bool:
+    """Whether ``backend``'s cluster (a ``PodBackend``'s) can run its attempts on warm pods: sync, on the pod network
+    with DNS, every task the runtime (a user command may configure TensorFlow before importing it)."""
+    s = backend.settings
+    return (backend.spec.mode is Mode.SYNC and s.dns and not s.host_network
+            and all(command(backend.command_for(backend.pod_spec, t)) for t in backend.spec.tasks))
+
+
 # -- the supervisor's side ------------------------------------------------------------------------------------
 class WarmPods:
     """The warm pods a pod supervisor keeps for its sync cluster's next restart. ``backend``: the cluster's
@@ -93,9 +101,7 @@ class WarmPods:
         self.asked = 0.0
 
     def wanted(self) -> bool:
-        b, s = self.backend, self.backend.settings
-        return (s.standby and b.spec.mode is Mode.SYNC and s.dns and not s.host_network
-                and all(command(b.command_for(b.pod_spec, t)) for t in b.spec.tasks))
+        return self.backend.settings.standby and fits(self.backend)
 
     def spec(self, generation: int) -> ClusterSpec:
         """The pod spec with every task addressed by its standby pod of ``generation``."""
@@ -219,7 +225,7 @@ def warm(argv: list[str]) -> None:
     only reported: the task meets it again and reports it itself."""
     hook = forkserver.HOOKS.get(argv[2])
     for what, step in ((hook, lambda: forkserver.call_hook(hook, argv[3:])),
-                       ("the run store's client", lambda: _store_client(os.environ.get(ENV_RUN_STORE, "")))):
+                       ("the run store's client", lambda: store_client(os.environ.get(ENV_RUN_STORE, "")))):
         if what is None:
             continue
         try:
@@ -228,7 +234,8 @@ def warm(argv: list[str]) -> None:
             print(f"standby: {what} failed ({type(exc).__name__}: {exc}); the task does it itself", flush=True)
 
 
-def _store_client(url: str) -> None:
+def store_client(url: str) -> None:
+    """Import the run store's client modules for ``url`` (nothing for a folder)."""
     from ignite_tf.runstore import RunStore, is_remote
 
     if is_remote(url):

@@ -58,10 +58,10 @@ ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
-    # The root ConfigMap: read at start (its uid), deleted at the end; the pods' start files: a ConfigMap made
-    # at start (ignite_tf.cluster.k8s.startfiles); the Secret is only listed (leftovers).
+    # The root ConfigMap: read at start (its uid), deleted at the end; the pods' start files (startfiles); the
+    # cluster's Secret is only listed (leftovers); a warm pool's root, Secret and pods are made at its end (pool).
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list", "delete"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list"]},
 ]
 
 
