@@ -92,12 +92,13 @@ def startup(conn, tmp: Path, settings: dict, host_network: bool, repeat: int) ->
     from ignite_tf_dev.demo_data import tabular
 
     from ignite_tf.etl import load
+    from ignite_tf.runstore import is_remote
 
     load(conn, k8s_startup.CACHE, tabular(1_000), key="id")
     (tmp / "startup").mkdir()
     root = None if host_network else run_root(tmp, "kubernetes")
     runs = k8s_startup.launches(conn, tmp / "startup", settings, root, repeat,
-                                warm_pool=root is not None and "://" in root)
+                                warm_pool=root is not None and is_remote(root))
     return {"runs": runs, "kubernetes_vs_local": k8s_startup.ratio(runs),
             "warm_pool_vs_local": k8s_startup.ratio(runs, k8s_startup.WARM),
             "before_vs_local": k8s_startup.ratio(runs, k8s_startup.BEFORE), "rounds": k8s_startup.round_ratios(runs),

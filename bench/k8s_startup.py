@@ -123,6 +123,7 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
     from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import Status
+    from ignite_tf.runstore import is_remote
 
     job_dir = Path(tempfile.mkdtemp(prefix=f"job-{kind}-", dir=tmp))
     shutil.copy(BENCH_DIR / "startup_model.py", job_dir)
@@ -130,7 +131,7 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
     root = run_root or str(tmp / "runs")
     # Only a run folder on this host gets the mark file; pods with an object-store run root print the line alone.
     mark = tmp / "runs" / cluster_id / "first_step"
-    mark_env = POD_MARK if kind == "kubernetes" and run_root and "://" in run_root else str(mark)
+    mark_env = POD_MARK if kind == "kubernetes" and run_root and is_remote(run_root) else str(mark)
     launcher = make_launcher(conn, kind=kind, kubernetes=kubernetes)
     command = ["python", "-m", "ignite_tf.runtime", "--entry-point", "startup_model:model", "--epochs", "1",
                "--batch-size", "64", "--label", "label", "--steps-per-epoch", "5"]
@@ -253,6 +254,7 @@ def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None, 
     from ignite_tf_dev.demo_data import tabular
 
     from ignite_tf.etl import load
+    from ignite_tf.runstore import is_remote
 
     with tempfile.TemporaryDirectory(prefix="k8s-startup-bench-") as name:
         tmp = Path(name)
@@ -263,7 +265,7 @@ def run(rows: int, addresses: str | None = None, kubeconfig: str | None = None, 
             with kubernetes(kubeconfig, say):
                 root = None if host_network else run_root(tmp, "kubernetes")
                 return launches(conn, tmp, pod_settings(namespace, host_network), root, repeat, say,
-                                warm_pool=warm_pool and root is not None and "://" in root)
+                                warm_pool=warm_pool and root is not None and is_remote(root))
 
 
 def first_steps(results: list[dict], kind: str) -> list[float]:

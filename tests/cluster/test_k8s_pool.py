@@ -7,6 +7,7 @@ cluster on the first one's pool) and bench/k8s_startup.py --warm-pool."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -77,13 +78,13 @@ def test_one_poster_wins_a_key_and_only_its_record_is_replaced(kind, tmp_path, i
             t.join()
         assert len(won) == 1, won
         reserved = {"reserved": f"c{won[0]}"}
-        assert store.mail(key) == reserved and key in store.mail_keys("pool/")
+        assert store.mail(key) == reserved
         assert not store.replace_mail(key, {"reserved": "someone else"}, {"go": 1})
         assert store.replace_mail(key, reserved, {"go": {"set": {}}})
         assert store.mail(key) == {"go": {"set": {}}}
         assert not store.post(key, {"closed": 1.0})
         assert store.replace_mail(key, {"go": {"set": {}}}, None)
-        assert store.mail(key) is None and key not in store.mail_keys("pool/")
+        assert store.mail(key) is None
         assert store.post(key, {"closed": 2.0})
     finally:
         store.replace_mail(key, store.mail(key) or {}, None)
@@ -91,7 +92,7 @@ def test_one_poster_wins_a_key_and_only_its_record_is_replaced(kind, tmp_path, i
 
 
 def _waiter(tmp_path, key: str, until: float) -> subprocess.Popen:
-    env = {**__import__("os").environ, ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state"),
+    env = {**os.environ, ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state"),
            "PYTHONPATH": str(tmp_path / "job")}
     return subprocess.Popen([sys.executable, "-c", WAITER, key, str(until)], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

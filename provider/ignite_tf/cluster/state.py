@@ -309,9 +309,6 @@ class StateStore(ABC):
     def replace_mail(self, key: str, old: dict[str, Any], record: dict[str, Any] | None) -> bool:
         """Replace what is under ``key`` with ``record`` (None: remove it) if it is still ``old``."""
 
-    @abstractmethod
-    def mail_keys(self, prefix: str) -> list[str]: ...
-
     def set_evaluation(self, cluster_id: str, evaluation: dict[str, Any]) -> None:
         """Record the held-out evaluation; it travels with the epochs' records (every store has those), as
         the one record holding an ``evaluation`` key, which ``get`` takes out of the epochs."""
@@ -489,10 +486,6 @@ class LocalStateStore(StateStore):
                 _write_atomic(path, json.dumps({"key": key, "record": record}))
             return True
 
-    def mail_keys(self, prefix: str) -> list[str]:
-        found = (self._mail_file(p) for p in (self.dir / "mail").glob("*.mail"))
-        return sorted(f["key"] for f in found if f and f["key"].startswith(prefix))
-
     def _watch_path(self, cluster_id: str, watcher: str) -> Path:
         # A watcher names a DAG run, whose id may hold any character: a digest makes it a file name.
         digest = hashlib.sha256(watcher.encode()).hexdigest()[:16]
@@ -641,10 +634,6 @@ class IgniteStateStore(StateStore):
         if record is None:
             return bool(cache.remove_if_equals(key, raw))
         return bool(cache.replace_if_equals(key, raw, json.dumps(record)))
-
-    def mail_keys(self, prefix: str) -> list[str]:
-        with self._cache(self.MAIL).scan(page_size=256) as cursor:
-            return sorted(k for k, _ in cursor if isinstance(k, str) and k.startswith(prefix))
 
     def close(self) -> None:
         if self._client is not None:

@@ -31,7 +31,7 @@ from ignite_tf.contract import (
 )
 
 
-def fetch_run(environ=None, start_dir: str = startfiles.MOUNT) -> str | None:
+def fetch_run(environ=None, start_dir: str | None = startfiles.MOUNT) -> str | None:
     """From a remote run store: the shard plan to ``IGNITE_TF_SHARD_PLAN`` and the shipped code unpacked into
     the pod's run folder; returns the code folder (for ``PYTHONPATH``), None when nothing was shipped. The
     supervisor's copies in the pod's start files (``startfiles``) are taken first: no store client to make."""
@@ -51,7 +51,7 @@ def fetch_run(environ=None, start_dir: str = startfiles.MOUNT) -> str | None:
         return store
 
     if env.get(ENV_SHARD_PLAN):
-        plan = startfiles.local(startfiles.PLAN, start_dir)
+        plan = startfiles.local(startfiles.PLAN, start_dir) if start_dir else None
         if plan is not None:
             Path(env[ENV_SHARD_PLAN]).parent.mkdir(parents=True, exist_ok=True)
             Path(env[ENV_SHARD_PLAN]).write_bytes(plan)
@@ -59,7 +59,7 @@ def fetch_run(environ=None, start_dir: str = startfiles.MOUNT) -> str | None:
             sys.exit(f"the shard plan is not in the run store {the_store().path(LAYOUT.shard_plan)}")
     if not env.get(ENV_CODE):
         return None
-    shipped = startfiles.local(startfiles.CODE, start_dir)
+    shipped = startfiles.local(startfiles.CODE, start_dir) if start_dir else None
     if shipped is not None:
         return code.extract(shipped, env[ENV_RUN_DIR], f"{start_dir}/{startfiles.CODE}")
     return code.unpack(the_store(), env[ENV_RUN_DIR])
@@ -79,8 +79,9 @@ def main(argv: list[str]) -> None:
     run_as_pid1(command)
 
 
-def prepare(cwd: str, start_dir: str = startfiles.MOUNT) -> list[str]:
-    """The task's folder (made, and the working directory), what the run store holds for it (``fetch_run``) and
+def prepare(cwd: str, start_dir: str | None = startfiles.MOUNT) -> list[str]:
+    """The task's folder (made, and the working directory), what the run store holds for it (``fetch_run``;
+    ``start_dir`` None: the pod has no start files, everything comes from the store) and
     ``PYTHONPATH`` in this process's environment; returns the folders the task imports from, in order (the
     taskboot's, the shipped code's, the job folder)."""
     Path(cwd).mkdir(parents=True, exist_ok=True)

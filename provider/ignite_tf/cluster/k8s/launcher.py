@@ -163,7 +163,7 @@ class KubernetesLauncher(SupervisedLauncher):
         core = client.core_v1(self.settings.conn_id)
         # A fresh cluster's first pods start beside the supervisor's; a resumed one's attempt is the supervisor's, and
         # so is a first attempt that may run on a warm pool's pods (the supervisor takes them, or makes new ones).
-        pooled = self.settings.warm_pool > 0 and pool.waiting(core, k8s["namespace"], k8s["image"])
+        pooled = existing is None and self.settings.warm_pool > 0 and pool.waiting(core, k8s["namespace"], k8s["image"])
         head_start = None if existing is not None or pooled else {
             "store_env": store_to_env(self.store),
             "run_store": self.run_store(spec.run_store) if spec.run_store else None,

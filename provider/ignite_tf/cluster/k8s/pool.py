@@ -39,7 +39,6 @@ import os
 import secrets
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from ignite_tf import timeline
@@ -258,7 +257,7 @@ class WarmPool:
             "metadata": {"name": secret, **meta, "ownerReferences": [owner]}, "stringData": secret_env})
         notes = {ANNOTATION_UNTIL: str(until), ANNOTATION_VERIFIER: verifier(secret_env),
                  ANNOTATION_ENV: json.dumps(b.spec.env, sort_keys=True)}
-        env = {**b.spec.env, "TF_USE_LEGACY_KERAS": "1", ENV_RUN_STORE: b.spec.run_store,
+        env = {**b.spec.env, ENV_RUN_STORE: b.spec.run_store,
                "PYTHONPATH": TASKBOOT_DIR, ENV_UNTIL: str(until),
                **{k: v for k, v in b.pod_env(b.pod_spec, b.spec.tasks[0], 0, ask_store=False).items()
                   if k in STORE_ENV}}
@@ -293,14 +292,16 @@ def sweep(core, namespace: str, store=None, now: float | None = None) -> list[st
     ``store``, their pods' entries in it; the pools' names."""
     now = time.time() if now is None else now
     gone = []
-    for root in core.list_namespaced_config_map(namespace, label_selector=LABEL).items:
-        if float((root.data or {}).get("until", 0)) + RESERVED_S + MARGIN_S >= now:
-            continue
-        if store is not None:  # a pod that was taken left the pool (and removed its entry when it took it)
-            for pod in core.list_namespaced_pod(namespace, label_selector=LABEL).items:
-                if root.metadata.uid in {ref.uid for ref in pod.metadata.owner_references or []}:
-                    key = mail_key(pod.metadata.uid)
-                    store.replace_mail(key, store.mail(key) or {}, None)
+    expired = [root for root in core.list_namespaced_config_map(namespace, label_selector=LABEL).items
+               if float((root.data or {}).get("until", 0)) + RESERVED_S + MARGIN_S < now]
+    # A pod that was taken left its pool (and removed its entry when it took it): only the pool's own are left.
+    pods = core.list_namespaced_pod(namespace, label_selector=LABEL).items if expired and store is not None else []
+    for root in expired:
+        for pod in pods:
+            if root.metadata.uid in {ref.uid for ref in pod.metadata.owner_references or []}:
+                key = mail_key(pod.metadata.uid)
+                if (got := store.mail(key)) is not None:
+                    store.replace_mail(key, got, None)
         objects.delete_owner(core, namespace, root.metadata.name)
         gone.append(root.metadata.name)
     return gone
@@ -337,7 +338,7 @@ def become(record: dict[str, Any]) -> None:
     os.environ.update(go.get("set", {}))
     os.environ.pop(timeline.ENV_CARRIED, None)  # the pod's own start is not this cluster's
     timeline.carry("pool_go")
-    path = entry.prepare(record["cwd"], start_dir=str(Path(record["cwd"]) / "no-start-files"))
+    path = entry.prepare(record["cwd"], start_dir=None)  # the pool's pod has none of the cluster's start files
     sys.path[:0] = [p for p in path if p != TASKBOOT_DIR]
     sys.stdout.flush()
     standby.become({}, record["argv"])
