@@ -17,7 +17,7 @@ STAMP := .venv/.setup-done
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: setup browser lock test docs demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status image clean
+.PHONY: setup browser lock check test docs demo bench bench-k8s lint airflow ignite-up ignite-down ignite-status k8s-build k8s-up k8s-down k8s-status image clean
 
 setup: $(STAMP)
 
@@ -41,8 +41,15 @@ lock:
 	@test -x $(UV) || (python3 -m venv .venv && .venv/bin/pip install -q uv==0.13.8)
 	$(UV) pip compile -q requirements/requirements.in -o requirements/lock.txt --python-version 3.11
 
+# The fast tier: lint, then every test that starts no real component (tests/support/tiers.py), in under 3 minutes.
+# Run it after every change; `make test` runs everything. Each run's durations stay in .test-reports/ (JUnit XML).
+REPORT = .test-reports/$(1)-$(shell date -u +%Y%m%dT%H%M%S).xml
+check: setup
+	.venv/bin/ruff check provider devtools tests bench dags plugins
+	$(PY) -m pytest -q --tier check --durations=15 --junitxml=$(call REPORT,check) $(PYTEST_ARGS)
+
 test: setup browser
-	$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=40 --junitxml=$(call REPORT,test) $(PYTEST_ARGS)
 
 # The docs site (mkdocs.yml, docs/) into site/; --strict makes a broken link or anchor an error.
 # NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner, not a warning about these docs.

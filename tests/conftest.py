@@ -26,6 +26,8 @@ from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
 from tests.support.k8s import k8s_cluster, k8s_ignite, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 from tests.support.objstore import object_store, s3_bucket  # noqa: E402, F401 - the S3 server fixtures
 
+pytest_plugins = ["tests.support.tiers"]  # tiers from what a test uses, the time budget, the SLOW registry
+
 _SESSION_CLUSTER: list[LocalIgniteCluster] = []  # the session cluster, once a test has asked for it
 
 

@@ -175,11 +175,15 @@ def test_deprecated_python_name_works_and_warns(entry):
 
 def _dataset_with_label():
     import ignite_tf.data
+    from ignite_tf.contract import ENV_CACHE, ENV_SHARD_PLAN
+    from ignite_tf.errors import ConfigError
 
-    if "label_column" not in inspect.signature(ignite_tf.data.dataset).parameters:
-        pytest.skip("ignite_tf.data.dataset has no label_column yet (engineer F's rename of label, issue 23)")
-    with pytest.raises(Exception):  # noqa: B017 - no plan and no cache: the call fails once it has warned
-        ignite_tf.data.dataset(8, label="y")
+    # No plan and no cache (in the arguments or the environment): the call fails once it has warned.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(ENV_SHARD_PLAN, raising=False)
+        patch.delenv(ENV_CACHE, raising=False)
+        with pytest.raises(ConfigError, match=f"^no shard plan: set {ENV_SHARD_PLAN} "):
+            ignite_tf.data.dataset(8, label="y")
 
 
 def _publish_with_model_name():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"  # the project's uv (pinned in the lock), with the warm cache
@@ -72,7 +72,7 @@ def _run(args: list, cwd: Path, env: dict | None = None, timeout: float = 300) -
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def built_wheel(tmp_path_factory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     _run([UV, "build", "-q", "-o", dist, ROOT], cwd=ROOT)
     (found,) = dist.glob("*.whl")
@@ -80,7 +80,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(wheel, tmp_path_factory):
+def venv(built_wheel, tmp_path_factory):
     """A fresh venv with the lock and the wheel; yields (its bin folder, a work folder, its environment)."""
     base = tmp_path_factory.mktemp("installed")
     assert not base.resolve().is_relative_to(ROOT)
@@ -89,7 +89,7 @@ def venv(wheel, tmp_path_factory):
         _run([UV, "venv", "-q", "--python", sys.executable, env_dir], cwd=base)
         python = env_dir / "bin" / "python"
         _run([UV, "pip", "sync", "-q", "--python", python, ROOT / "requirements" / "lock.txt"], cwd=base)
-        _run([UV, "pip", "install", "-q", "--no-deps", "--python", python, wheel], cwd=base)
+        _run([UV, "pip", "install", "-q", "--no-deps", "--python", python, built_wheel], cwd=base)
         work = base / "work"
         work.mkdir()
         env = {k: v for k, v in os.environ.items()
@@ -102,12 +102,12 @@ def venv(wheel, tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_the_wheel_holds_the_provider_only(wheel):
-    names = zipfile.ZipFile(wheel).namelist()
+def test_the_wheel_holds_the_provider_only(built_wheel):
+    names = zipfile.ZipFile(built_wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.startswith(DIST_INFO)} == {"ignite_tf"}
     assert "ignite_tf/__init__.py" in names and "ignite_tf/resources/pipeline.schema.json" in names
     assert not [n for n in names if "demo_data" in n or n.startswith("ignite_tf/dev/")]
-    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    entry_points = zipfile.ZipFile(built_wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "ignite_tf.task_image" not in entry_points  # the default task image comes from the dev tooling only
 
 

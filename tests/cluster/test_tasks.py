@@ -4,11 +4,14 @@ sees), real Ignite nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
@@ -149,10 +152,53 @@ def test_cli_default_address_is_the_thin_clients(monkeypatch):
     for command in ("ps", "start", "load"):
         helped = subprocess.run([*CLI, command, "-h"], env=bare, capture_output=True, text=True, timeout=60)
         assert helped.returncode == 0 and "127.0.0.1:10800" in " ".join(helped.stdout.split())
-    # With no -c and no IGNITE_TF_ADDRESSES the CLI goes to 127.0.0.1:10800: it lists what a node there
-    # holds, or its error names that address.
-    listed = subprocess.run([*CLI, "ps"], env=bare, capture_output=True, text=True, timeout=120)
-    assert listed.returncode == 0 or "at 127.0.0.1:10800" in listed.stderr, listed.stderr
+    # With no -c and no IGNITE_TF_ADDRESSES the CLI goes to 127.0.0.1:10800. The test holds that port with a
+    # listener that hangs up on every connection (so no Ignite node can be there): the CLI connects to it,
+    # gets no handshake, and its error names the address.
+    with _hang_up_listener(DEFAULT_ADDRESS) as accepted:
+        listed = subprocess.run([*CLI, "ps"], env=bare, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 1, (listed.returncode, listed.stdout, listed.stderr)
+    assert listed.stderr.startswith("ignite-tf ps: error: no Ignite node reachable at 127.0.0.1:10800 ("), listed.stderr
+    assert accepted, "the CLI never connected to 127.0.0.1:10800"
+
+
+@contextlib.contextmanager
+def _hang_up_listener(address: str):
+    """Listen on ``host:port`` and close every connection at once; yields the list of peers accepted.
+
+    Fails (does not skip) when the port is taken: another process there, an Ignite node of ``make ignite-up``
+    say, would decide what the CLI sees."""
+    host, port = address.rsplit(":", 1)
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind((host, int(port)))
+    except OSError as exc:
+        server.close()
+        pytest.fail(f"{address} is taken ({exc.strerror}): this test needs it free (stop the local Ignite node: "
+                    f"make ignite-down)")
+    server.listen(16)
+    server.settimeout(0.1)
+    accepted: list = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(peer)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield accepted
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
 
 
 def test_operator_task_gets_named_variables_and_no_other_connection(ignite_conn, data_cache, run_root, monkeypatch,

@@ -92,15 +92,19 @@ def test_training_reads_match_in_every_epoch_then_a_change_is_named(table, ignit
         assert rows == summary.fingerprints["rows"]
 
     fp = Fingerprints.from_dict(summary.fingerprints)
-    changed, deleted = sorted(int(k) for k, v in fp.tasks.items() if v["rows"])[:2]
+    # The reads check each partition as they finish it, worker 0's shard then worker 1's: the first two
+    # partitions with rows in that order are changed and deleted from, so the changed one fails the reads.
+    reading_order = [t.partition for w in range(2) for t in checked.shard(w, 0).read_tasks()]
+    changed, deleted = [p for p in reading_order if fp.tasks[str(p)]["rows"]][:2]
     _change_rows(ignite_conn, name, [changed])
     _change_rows(ignite_conn, name, [deleted], delete=True)
 
     with pytest.raises(DataChangedError) as failed:
         _train_reads(ignite_conn, checked, 0)
-    message = str(failed.value)
-    assert f"cache {name!r} changed since validation: partition " in message
-    assert "values changed in f0, label" in message or "rows validated" in message
+    rows = fp.tasks[str(changed)]["rows"]
+    assert str(failed.value).startswith(
+        f"cache {name!r} changed since validation: partition {changed}: {rows} rows validated, {rows} read; "
+        f"values changed in f0, label. The model would train on rows no expectation checked"), str(failed.value)
 
     warned = _with_expected(plan, summary, OnDataChange.WARN.value)
     import ignite_tf.data as itd

@@ -1,0 +1,124 @@
+"""The suite's tiers and time budget, as a pytest plugin (``pytest_plugins`` in tests/conftest.py).
+
+Tiers follow from what a test uses, never from a hand-set mark: a test whose fixtures (with everything they
+depend on: ``item.fixturenames`` is the closure) start a real component gets that component's mark, and
+``real`` besides. ``--tier check`` (``make check``) runs the rest: planners, schemas, policies, settings,
+parsers, the public API, the docs; ``--tier all`` (``make test``, the default) runs everything.
+
+Each run ends with its wall time against the tier's budget, and a check of ``SLOW``: a test whose own body (the
+``call`` phase: a shared fixture's start belongs to the component, not to the first test that asks for it)
+runs over ``SLOW_S`` needs an entry there saying why it cannot be faster, and an entry whose test now runs under
+``STALE_S`` fails the run until it is removed. The band between the two keeps a test that sits near the limit
+on a noisy machine from failing every other run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+# Fixture -> the real component it starts (or reaches). A test that uses one, directly or through another
+# fixture, is not in `make check`.
+COMPONENTS = {
+    "ignite_cluster": "ignite",
+    "secure_ignite_cluster": "ignite",
+    "airflow_services": "services",
+    "k8s_cluster": "k8s",
+    "object_store": "objstore",
+    "built_wheel": "packaging",
+}
+REAL = "real"
+# Seconds a tier's tests may take on the 2-core development machine (`make` adds its set-up before them).
+BUDGET_S = {"check": 3 * 60, "all": 30 * 60}
+COLD_BUDGET_S = 45 * 60  # `make test` on a machine where the session builds the local Kubernetes first
+SLOW_S, STALE_S = 60.0, 45.0
+
+# Tests whose own body runs over SLOW_S, by node id, and why none can be faster.
+SLOW: dict[str, str] = {
+}
+
+
+def components_of(fixturenames) -> list[str]:
+    """The real components a test with these fixtures (the closure) uses."""
+    return sorted({COMPONENTS[name] for name in fixturenames if name in COMPONENTS})
+
+
+def slow_registry_problems(calls: dict[str, float], registry: dict[str, str]) -> list[str]:
+    """What is wrong with ``registry``, given the call durations of the tests that ran: tests over ``SLOW_S``
+    with no entry, and entries whose test ran under ``STALE_S``. Entries of tests that did not run are not
+    judged (a ``-k`` run, ``make check``)."""
+    problems = [f"{nodeid} ran {seconds:.0f} s (over {SLOW_S:.0f} s): make it faster, or name it in "
+                f"tests/support/tiers.py SLOW with why it cannot be"
+                for nodeid, seconds in sorted(calls.items()) if seconds > SLOW_S and nodeid not in registry]
+    problems += [f"{nodeid} ran {calls[nodeid]:.0f} s (under {STALE_S:.0f} s): drop it from SLOW"
+                 for nodeid in sorted(registry) if nodeid in calls and calls[nodeid] < STALE_S]
+    return problems
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=sorted(BUDGET_S), default="all",
+                     help="check: only the tests that start no real component (no JVM, TensorFlow process, "
+                          "Airflow service or DB, Kubernetes, object store); all: everything (default)")
+
+
+def pytest_configure(config):
+    for component in sorted(set(COMPONENTS.values())):
+        config.addinivalue_line("markers", f"{component}: uses the real {component} (set from its fixtures)")
+    config.addinivalue_line("markers", f"{REAL}: uses a real component, so not in `make check` (set from fixtures)")
+    config.pluginmanager.register(Budget(config.getoption("--tier")), "ignite_tf_budget")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = components_of(getattr(item, "fixturenames", ()))
+        for component in used:
+            item.add_marker(component)
+        if used:
+            item.add_marker(REAL)
+    if config.getoption("--tier") == "check":
+        dropped = [item for item in items if item.get_closest_marker(REAL)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not item.get_closest_marker(REAL)]
+
+
+class Budget:
+    """Times the run and each test's body; judges them at the end."""
+
+    def __init__(self, tier: str):
+        self.tier, self.started = tier, time.monotonic()
+        self.calls: dict[str, float] = {}
+        self.problems: list[str] = []
+        self.built_before = True
+
+    @staticmethod
+    def _k8s_built() -> bool:
+        from ignite_tf_dev.k8s.layout import Layout
+
+        return Layout().built()
+
+    def pytest_sessionstart(self, session):
+        self.built_before = self._k8s_built()
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call":
+            self.calls[report.nodeid] = report.duration
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        self.problems = slow_registry_problems(self.calls, SLOW)
+        if self.problems and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        took = time.monotonic() - self.started
+        cold = not self.built_before and self._k8s_built()
+        budget = COLD_BUDGET_S if cold else BUDGET_S[self.tier]
+        terminalreporter.section("time budget")
+        for problem in self.problems:
+            terminalreporter.write_line(f"SLOW registry: {problem}", red=True)
+        over = took > budget
+        terminalreporter.write_line(
+            f"tier {self.tier}{' (local Kubernetes built in this run)' if cold else ''}: {len(self.calls)} "
+            f"tests in {took:.0f} s ({took / 60:.1f} min), budget {budget} s ({budget / 60:.0f} min)"
+            + (": OVER BUDGET" if over else ""), bold=True, red=over, green=not over)
