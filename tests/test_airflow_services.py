@@ -9,13 +9,13 @@ left and that the Ignite password is in none of the services' logs.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 
 import pytest
 
 from tests.support.airflow import SECRET
 from tests.support.airflow_services import wait_parsed
+from tests.support.polling import wait_for
 
 DAG_ID = "ignite_tf_tabular_sync"
 
@@ -49,15 +49,16 @@ def test_rest_triggered_run_with_conf_defers_training_to_the_triggerer(services)
 
     base = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
     train_states: list[str] = []
-    deadline = time.monotonic() + 480
-    while time.monotonic() < deadline:
+
+    def run_ended() -> str | None:
         state = svc.request("GET", base)["state"]
         ti = svc.request("GET", f"{base}/taskInstances/train")
         if not train_states or train_states[-1] != ti["state"]:
             train_states.append(ti["state"])
-        if state in ("success", "failed"):
-            break
-        time.sleep(1)
+        return state if state in ("success", "failed") else None
+
+    state = wait_for(run_ended, 480, "the DAG run to end", poll=1,
+                     seen=lambda: f"train task states: {train_states}\n{svc.log('scheduler').read_text()[-3000:]}")
     tis = svc.request("GET", f"{base}/taskInstances")["task_instances"]
     summary = {(t["task_id"], t["map_index"]): t["state"] for t in tis}
     assert state == "success", (summary, svc.log("scheduler").read_text()[-3000:])

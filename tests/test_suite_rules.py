@@ -20,6 +20,10 @@ TESTS = Path(__file__).resolve().parent
 SLEEPS = {
     "jobs/": "job scripts the tests run as a TensorFlow task's program: their sleeps are the work being supervised",
     "support/": "the polling helpers themselves",
+    "runtime/test_platform_probe.py::do_GET": "a metadata server that is slow to answer, the case under test",
+    "cluster/test_policy.py::put": "a state write that takes long enough for the SIGTERM to arrive inside it",
+    "operators/test_ownership.py::logged_lines": "an async poll of the trigger's log lines: it yields to the event "
+                                                 "loop that runs the trigger (wait_for would block that loop)",
 }
 # Either-outcome assertions over a status that are right as they are: "path::function" -> why.
 EITHER: dict[str, str] = {}

@@ -145,16 +145,20 @@ def test_yaml_pipeline_under_kubernetes_executor(deployed, k8s_cluster, tmp_path
         base = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
         refused_base = f"/api/v2/dags/{refused_id}/dagRuns/{runs[refused_id]}"
         watch.thread.start()
-        seen_deferred, state, refused_state = False, "queued", "queued"
-        deadline = time.monotonic() + 1200
-        while time.monotonic() < deadline:
-            state = svc.request("GET", base)["state"]
-            refused_state = svc.request("GET", refused_base)["state"]
-            if state in ("success", "failed") and refused_state in ("success", "failed"):
-                break
+        polled = {"state": "queued", "refused": "queued", "deferred": False}
+
+        def both_ended() -> bool:
+            polled["state"] = svc.request("GET", base)["state"]
+            polled["refused"] = svc.request("GET", refused_base)["state"]
+            if polled["state"] in ("success", "failed") and polled["refused"] in ("success", "failed"):
+                return True
             tis = {t["task_id"]: t["state"] for t in svc.request("GET", f"{base}/taskInstances")["task_instances"]}
-            seen_deferred = seen_deferred or tis.get("train") == "deferred"
-            time.sleep(1)
+            polled["deferred"] = polled["deferred"] or tis.get("train") == "deferred"
+            return False
+
+        wait_for(both_ended, 1200, "both DAG runs to end", poll=1,
+                 seen=lambda: f"{polled}\n{svc.log('scheduler').read_text()[-3000:]}")
+        state, refused_state, seen_deferred = polled["state"], polled["refused"], polled["deferred"]
         ended = time.time()
         watch.stop.set()
         watch.thread.join(timeout=30)

@@ -74,8 +74,10 @@ def test_a_workers_own_share_equals_its_share_of_the_whole_plan(kind, reshuffle)
     assert _digest([alone.shard(w, e) for w in range(whole.workers)] for e in range(3)) == BEFORE[(kind, reshuffle)]
 
 
-def test_bench_own_share_vs_whole_plan_per_epoch(capsys):
-    """64 workers, 1024 partitions: the CPU a worker spends on the plan per epoch (printed, not asserted)."""
+def test_a_workers_own_share_costs_less_cpu_than_the_whole_plan():
+    """64 workers, 1024 partitions: the CPU a worker spends on the plan per epoch, its own share against the whole
+    plan, measured side by side (best of 3 interleaved rounds). Its own share measured about 2.5 times less; the
+    bound is half that, so a loaded machine passes and a share that computes the whole plan again fails."""
     plan = _dealt("epoch")
     epochs = 8
 
@@ -89,9 +91,6 @@ def test_bench_own_share_vs_whole_plan_per_epoch(capsys):
         plan._cache.clear()
         plan.shards(e)
 
-    whole_s = cpu(whole)
-    own_s = cpu(lambda e: plan.shard(e % 64, 100 + e))
-    with capsys.disabled():
-        print(f"\n[bench] plan per worker and epoch (64 workers, 1024 partitions): whole plan {whole_s * 1e3:.1f} ms "
-              f"CPU, own share {own_s * 1e3:.1f} ms CPU; 64 workers x 100 epochs: {whole_s * 6400:.1f} CPU-s -> "
-              f"{own_s * 6400:.1f} CPU-s")
+    rounds = [(cpu(whole), cpu(lambda e: plan.shard(e % 64, 100 + e))) for _ in range(3)]
+    whole_s, own_s = min(w for w, _ in rounds), min(o for _, o in rounds)
+    assert whole_s > 1.25 * own_s, f"CPU per epoch: whole plan {whole_s * 1e3:.1f} ms, own share {own_s * 1e3:.1f} ms"

@@ -23,6 +23,7 @@ from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.reader.partition import STACKED, PartitionReader
+from tests.support.polling import wait_for
 from tests.support.sql import sql
 
 pytestmark = pytest.mark.integration
@@ -202,11 +203,12 @@ def test_dropped_iterator_closes_its_reader_and_leaves_no_thread(tabular, ignite
         next(it)
     assert _ignite_sockets(ports) > before, "the reader is open mid-epoch"
     del it
-    gc.collect()
-    deadline = time.monotonic() + 20
-    while _ignite_sockets(ports) > before and time.monotonic() < deadline:
-        time.sleep(0.1)
+
+    def closed() -> bool:
         gc.collect()
+        return _ignite_sockets(ports) <= before
+
+    wait_for(closed, 20, "a dropped iterator's reader to close its connections", poll=0.1)
     assert _ignite_sockets(ports) == before, "a dropped iterator left its reader's connections open"
     assert sum(1 for _ in ds) == tabular.plan.shard(0, 0).rows // 64  # a full epoch closes it too
     assert _ignite_sockets(ports) == before

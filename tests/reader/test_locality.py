@@ -96,10 +96,11 @@ def test_every_partition_is_read_from_its_primary_through_one_seed(seed, table):
             assert reader.stats["failovers"] == 0
 
 
-def test_bench_one_seed_connection_vs_every_server(seed, table, monkeypatch, capsys):
+def test_a_connection_to_every_server_reads_no_slower_than_one_seed(seed, table, monkeypatch):
     """Reading the whole table through the seed alone (every scan forwarded by that node, as before) and with a
     connection to each server (what a partition-aware client given every server's address holds: one socket
-    per node), interleaved 5 times. Printed, not asserted: the machine is shared, and both nodes run on it."""
+    per node), interleaved 5 times. Every server measured about 1.4 times faster (best of each); the machine is
+    shared and both nodes run on it, so the bound is loose: no more than 1.5 times slower than the seed alone."""
     pm = PartitionMap.discover(seed, table)
     every_server = reader_module._servers.connect
 
@@ -110,16 +111,15 @@ def test_bench_one_seed_connection_vs_every_server(seed, table, monkeypatch, cap
         monkeypatch.setattr(reader_module._servers, "connect", connect)
         start = time.perf_counter()
         with PartitionReader(seed, table, batch_size=8192, primaries=pm.primary_addresses()) as reader:
-            reader.read_all(range(pm.partitions))
+            assert len(reader.read_all(range(pm.partitions))["id"]) == ROWS
         return time.perf_counter() - start
 
     times = {"one seed connection": [], "a connection to every server": []}
     for _ in range(5):
         times["one seed connection"].append(once(seed_only))
         times["a connection to every server"].append(once(every_server))
-    with capsys.disabled():
-        print(f"\n[bench] {ROWS:,} rows, 1024 partitions, 2 nodes on this host, 5 interleaved reads: "
-              + "; ".join(f"{k} median {sorted(v)[2]:.3f} s, best {min(v):.3f} s" for k, v in times.items()))
+    shown = "; ".join(f"{k} median {sorted(v)[2]:.3f} s, best {min(v):.3f} s" for k, v in times.items())
+    assert min(times["a connection to every server"]) < 1.5 * min(times["one seed connection"]), shown
 
 
 def test_measured_locality_by_host_and_by_kubernetes_node(seed, table):

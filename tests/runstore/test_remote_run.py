@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.state import Status
 from ignite_tf.runstore import LAYOUT
+from tests.support.polling import wait_for
 
 CACHE = "runstore_tabular"
 pytestmark = pytest.mark.integration
@@ -83,10 +83,12 @@ def test_training_lives_in_the_bucket_and_a_second_process_reads_it(cache, ignit
         backups: list[str] = []
         watching = threading.Event()
 
-        def watch():
-            while not watching.is_set() and not backups:
-                backups.extend(k for k in _objects(s3_bucket) if f"/{LAYOUT.backup.as_posix()}/" in k)
-                time.sleep(0.2)
+        def backed_up_or_ended() -> bool:
+            backups.extend(k for k in _objects(s3_bucket) if f"/{LAYOUT.backup.as_posix()}/" in k)
+            return bool(backups) or watching.is_set()
+
+        def watch():  # ends with the training at the latest (launcher.wait's 600 s below)
+            wait_for(backed_up_or_ended, 660, "a backup in the bucket, or the training's end", poll=0.2)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

@@ -31,6 +31,7 @@ from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
+from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "dags" / "examples" / "mnist_keras_tutorial"
@@ -454,11 +455,14 @@ def test_restarted_cluster_resumes_from_backup(tabular, ignite_conn, tmp_path):
     command = runtime_command("ignite_tf.models:tabular_classifier", "--epochs", "6", "--batch-size", "16")
     with LocalTasks(spec, ignite_conn, state, command) as tasks:
         tasks.start(attempt=0)
-        deadline = time.monotonic() + 420
-        while len(epochs_of(state, cid)) < 2:
-            assert time.monotonic() < deadline, tasks.logs()
+
+        def two_epochs() -> bool:
+            if len(epochs_of(state, cid)) >= 2:
+                return True
             assert tasks.procs["worker-0"].poll() is None, tasks.logs()
-            time.sleep(0.2)
+            return False
+
+        wait_for(two_epochs, 420, "two epochs reported", poll=0.2, seen=tasks.logs)
         tasks.kill("worker-1")  # kill -9 a worker mid-training ...
         tasks.kill("worker-0")  # ... and, as the supervisor does under MWMS, the rest of the cluster
         first = epochs_of(state, cid)

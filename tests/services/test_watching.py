@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -177,17 +176,14 @@ def test_the_deferred_sensor_fails_with_the_reason_and_the_chiefs_last_lines(ser
     svc, _ = services
     run_id = trigger_run(svc, SENSOR_DAG, lines=20, interval=0.5, status=3)
     states = []
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        try:
-            state = ti_state(svc, SENSOR_DAG, run_id, "watch")
-        except BUSY:
-            continue
+
+    def watch_ended() -> bool:
+        state = ti_state(svc, SENSOR_DAG, run_id, "watch")
         if not states or states[-1] != state:
             states.append(state)
-        if state in ("success", "failed"):
-            break
-        time.sleep(0.5)
+        return state in ("success", "failed")
+
+    wait_for(watch_ended, 400, "the sensor's task to end", poll=0.5, errors=BUSY, seen=lambda: f"states: {states}")
     assert states[-1] == "failed" and "deferred" in states, states
     assert wait_run(svc, SENSOR_DAG, run_id) == "failed"
     assert ti_state(svc, SENSOR_DAG, run_id, "start") == "success"

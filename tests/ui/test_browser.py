@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from ignite_tf.ports import listening
+from tests.support import polling
 from tests.support.airflow import SECRET
 from tests.support.airflow_services import free_ports, wait_parsed
 from tests.ui.browser import chrome, click, login, wait_for
@@ -40,10 +40,8 @@ def trained(airflow_services):
         svc.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
         run_id = svc.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
                              {"logical_date": None, "conf": {"epochs": 2}})["dag_run_id"]
-        deadline = time.monotonic() + 480
-        while _run_state(svc, run_id) not in ("success", "failed"):
-            assert time.monotonic() < deadline, "the training run did not finish in 8 minutes"
-            time.sleep(2)
+        polling.wait_for(lambda: _run_state(svc, run_id) in ("success", "failed"), 480, "the training run to finish",
+                         poll=2)
     base = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
     assert svc.request("GET", base)["state"] == "success", svc.log("scheduler").read_text()[-3000:]
     train = svc.request("GET", f"{base}/taskInstances/train/xcomEntries/return_value?deserialize=true")["value"]
