@@ -1,5 +1,5 @@
-"""Shared fixtures: a real 2-node Ignite cluster for the whole session, stopped by pid at the end, and a
-secured one (authentication, persistence, TLS) for the modules that ask for it."""
+"""Shared fixtures: a real 2-node Ignite cluster for the whole session, stopped by pid at the end, a secured
+one (authentication, persistence, TLS) for the modules that ask for it, and clusters of a test's own."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest  # noqa: E402
 from ignite_tf_dev.ignite.cluster import CONNECTION_FILE, LocalIgniteCluster, pid_alive  # noqa: E402
 
 from ignite_tf.connection import IgniteConnectionConfig  # noqa: E402
+from ignite_tf.errors import IgniteTFError  # noqa: E402
 from tests.support.k8s import k8s_cluster, k8s_ignite, k8s_namespace  # noqa: E402, F401 - the local Kubernetes fixtures
 from tests.support.objstore import object_store, s3_bucket  # noqa: E402, F401 - the S3 server fixtures
 
@@ -97,6 +98,55 @@ def secure_ignite_cluster(tmp_path_factory):
     assert not [p for p in pids if pid_alive(p)], f"secured Ignite nodes still running: {pids}"
     left = [name for name in ("work", "tls", CONNECTION_FILE) if (state / name).exists()]
     assert not left, f"{state}: {left} left after down"
+
+
+class OwnIgnite:
+    """The Ignite clusters of one test's own (``own_ignite``), for tests that kill, add or stop nodes."""
+
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self.clusters: list[LocalIgniteCluster | Path] = []  # a Path: a cluster adopted by its state folder
+
+    def __call__(self, nodes: int = 2, **kwargs) -> LocalIgniteCluster:
+        """``nodes`` nodes up on a free block of the ``private`` ports, killed if this process dies.
+
+        A block found free can be taken before the JVMs bind it (parallel sessions on one machine): every
+        such failure says "in use", and then another block is tried, twice at most."""
+        for attempt in range(3):
+            cluster = LocalIgniteCluster.on_free_ports(self._tmp.mktemp("own-ignite"), "private",
+                                                       die_with_parent=True, **kwargs)
+            self.clusters.append(cluster)
+            try:
+                cluster.up(nodes)
+                return cluster
+            except IgniteTFError as exc:
+                if attempt == 2 or "in use" not in str(exc):
+                    raise
+
+    def adopt(self, state_dir) -> Path:
+        """Stop at teardown too whatever cluster ``state_dir`` records by then (one ``make ignite-up`` starts)."""
+        self.clusters.append(Path(state_dir))
+        return Path(state_dir)
+
+    def down(self) -> list[int]:
+        """Stop every cluster; returns the pids their nodes had."""
+        pids = []
+        for entry in reversed(self.clusters):
+            cluster = entry if isinstance(entry, LocalIgniteCluster) else LocalIgniteCluster.from_state(entry)
+            pids += [n.pid for n in cluster.nodes]
+            cluster.down()
+        return pids
+
+
+@pytest.fixture
+def own_ignite(tmp_path_factory):
+    """A factory of clusters of this test's own, apart from the shared ``ignite_cluster``:
+    ``own_ignite(nodes=2, **LocalIgniteCluster kwargs)``; ``own_ignite.adopt(state_dir)`` for one started
+    another way. Teardown stops them all and checks that no node is left."""
+    own = OwnIgnite(tmp_path_factory)
+    yield own
+    left = [p for p in own.down() if pid_alive(p)]
+    assert not left, f"Ignite nodes of the test's own clusters still running: {left}"
 
 
 @pytest.fixture(scope="session")

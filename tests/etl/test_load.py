@@ -352,29 +352,7 @@ def test_bad_keys(ignite_conn, ignite_client, cache_name):
 
 
 # -- a node lost in the middle of a load ----------------------------------------------------------------------
-def start_own_cluster(state_dir, nodes: int = 2):
-    """A cluster of this test's own (nodes get killed here), on a free port block.
-
-    A block found free can be taken before the JVMs bind it (parallel sessions): then try another one.
-    """
-    from ignite_tf_dev.ignite.cluster import PORT_RANGES, LocalIgniteCluster, free_port_bases
-
-    from ignite_tf.errors import IgniteTFError
-
-    for attempt in range(3):
-        client_port, disco_port, comm_port = free_port_bases(*PORT_RANGES["private"])
-        cluster = LocalIgniteCluster(state_dir / f"try{attempt}", client_port=client_port, disco_port=disco_port,
-                                     comm_port=comm_port, die_with_parent=True)
-        try:
-            cluster.up(nodes)
-            return cluster
-        except IgniteTFError:
-            cluster.down()
-            if attempt == 2:
-                raise
-
-
-def test_node_lost_midway(tmp_path, monkeypatch):
+def test_node_lost_midway(own_ignite, monkeypatch):
     """Losing one of two nodes (backups=1) costs nothing; losing the last one fails with a true report."""
     sent, killed = [], []
     put_all = etl._put_all
@@ -392,29 +370,26 @@ def test_node_lost_midway(tmp_path, monkeypatch):
         return put_all(client, cache_id, payload)
 
     monkeypatch.setattr(etl, "_put_all", send)
-    cluster = start_own_cluster(tmp_path)
-    try:
-        conn = IgniteConnectionConfig(addresses=[("127.0.0.1", n.client_port) for n in cluster.nodes], timeout=20)
-        df = features(8000, seed=5)  # 8 batches: the kills land after batch 3 and 2, mid-load
+    cluster = own_ignite(2)
+    conn = IgniteConnectionConfig(addresses=[("127.0.0.1", n.client_port) for n in cluster.nodes], timeout=20)
+    df = features(8000, seed=5)  # 8 batches: the kills land after batch 3 and 2, mid-load
 
-        def kill_node_1(report):
-            if report.batches_written == 3:
-                cluster.stop_node(1, signal.SIGKILL)
-                killed.append(cluster.nodes[1].client_port)
+    def kill_node_1(report):
+        if report.batches_written == 3:
+            cluster.stop_node(1, signal.SIGKILL)
+            killed.append(cluster.nodes[1].client_port)
 
-        report = load(conn, "lost_one", df, key="id", batch_size=1000, on_batch=kill_node_1)
-        assert report.rows_written == report.rows_in_cache == 8000 and report.batches_written == 8
-        # The 4th batch went to the dead node first and was sent again through the live one.
-        assert len(sent) == 9 and sent[3] == cluster.nodes[1].client_port
+    report = load(conn, "lost_one", df, key="id", batch_size=1000, on_batch=kill_node_1)
+    assert report.rows_written == report.rows_in_cache == 8000 and report.batches_written == 8
+    # The 4th batch went to the dead node first and was sent again through the live one.
+    assert len(sent) == 9 and sent[3] == cluster.nodes[1].client_port
 
-        def kill_node_0(report):
-            if report.batches_written == 2:
-                cluster.stop_node(0, signal.SIGKILL)
+    def kill_node_0(report):
+        if report.batches_written == 2:
+            cluster.stop_node(0, signal.SIGKILL)
 
-        with pytest.raises(LoadError, match=r"2000 of 8000 rows \(2 batches\) were written before it\. "
-                                            r"The load is idempotent: run it again") as err:
-            load(conn, "lost_all", df, key="id", batch_size=1000, on_batch=kill_node_0)
-        assert err.value.report["rows_written"] == 2000 and err.value.report["batches_written"] == 2
-        assert err.value.report["rows_in_cache"] == -1
-    finally:
-        cluster.down()
+    with pytest.raises(LoadError, match=r"2000 of 8000 rows \(2 batches\) were written before it\. "
+                                        r"The load is idempotent: run it again") as err:
+        load(conn, "lost_all", df, key="id", batch_size=1000, on_batch=kill_node_0)
+    assert err.value.report["rows_written"] == 2000 and err.value.report["batches_written"] == 2
+    assert err.value.report["rows_in_cache"] == -1

@@ -8,7 +8,7 @@ from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.errors import CacheNotFoundError, TopologyChangedError
 from ignite_tf.plan.partitions import PartitionMap
 from tests.support.polling import wait_for
-from tests.support.sql import create_table, private_cluster
+from tests.support.sql import create_table
 
 # A node still joining or leaving may fail the discovery's SQL for a while: that is "not yet".
 JOINING = (Exception,)
@@ -68,50 +68,50 @@ def test_missing_cache_names_the_existing_ones(ignite_conn, ignite_client, cache
         PartitionMap.discover(ignite_conn, "no_such_cache")
 
 
-def test_map_follows_nodes_joining_and_leaving(tmp_path):
-    with private_cluster(tmp_path, 2) as cluster:
-        conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
-        client = conn.client()
-        try:
-            create_table(client, "joins", range(2000))
-            before = PartitionMap.discover(conn, "joins")
-            assert len(before.nodes) == 2
-        finally:
-            client.close()
+def test_map_follows_nodes_joining_and_leaving(own_ignite):
+    cluster = own_ignite(2)
+    conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
+    client = conn.client()
+    try:
+        create_table(client, "joins", range(2000))
+        before = PartitionMap.discover(conn, "joins")
+        assert len(before.nodes) == 2
+    finally:
+        client.close()
 
-        cluster.add_node()
-        conn3 = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
+    cluster.add_node()
+    conn3 = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes))
 
-        def third_node_owns_partitions():
-            pm = PartitionMap.discover(conn3, "joins")
-            return pm if len(pm.nodes) == 3 and all(pm.partitions_of(n) for n in pm.nodes) else None
+    def third_node_owns_partitions():
+        pm = PartitionMap.discover(conn3, "joins")
+        return pm if len(pm.nodes) == 3 and all(pm.partitions_of(n) for n in pm.nodes) else None
 
-        from ignite_tf.plan.shards import ShardPlan
+    from ignite_tf.plan.shards import ShardPlan
 
-        plan = ShardPlan.build(before, 2, worker_hosts=["node-0", "node-1"])
-        after = wait_for(third_node_owns_partitions, 90, "the third node to own primary partitions", poll=1.0,
-                         errors=JOINING)
-        assert after.total_rows == 2000
-        changes = before.diff(after)
-        assert any("joined" in c for c in changes) and not any("left" in c for c in changes)
-        assert any("changed primary node" in c for c in changes)
-        with pytest.raises(TopologyChangedError, match="joined"):
-            before.check_current(conn3)
+    plan = ShardPlan.build(before, 2, worker_hosts=["node-0", "node-1"])
+    after = wait_for(third_node_owns_partitions, 90, "the third node to own primary partitions", poll=1.0,
+                     errors=JOINING)
+    assert after.total_rows == 2000
+    changes = before.diff(after)
+    assert any("joined" in c for c in changes) and not any("left" in c for c in changes)
+    assert any("changed primary node" in c for c in changes)
+    with pytest.raises(TopologyChangedError, match="joined"):
+        before.check_current(conn3)
 
-        # A plan made before the join is re-planned over the new layout, still covering every partition.
-        replanned, why = plan.replan_if_changed(conn3)
-        assert any("joined" in c for c in why) and replanned is not plan
-        assert sorted(s.partition for sh in replanned.shards(0) for s in sh.slices) == list(range(1024))
-        assert replanned.partition_map.nodes.keys() == after.nodes.keys()
-        same, nothing = replanned.replan_if_changed(conn3)
-        assert same is replanned and nothing == []
+    # A plan made before the join is re-planned over the new layout, still covering every partition.
+    replanned, why = plan.replan_if_changed(conn3)
+    assert any("joined" in c for c in why) and replanned is not plan
+    assert sorted(s.partition for sh in replanned.shards(0) for s in sh.slices) == list(range(1024))
+    assert replanned.partition_map.nodes.keys() == after.nodes.keys()
+    same, nothing = replanned.replan_if_changed(conn3)
+    assert same is replanned and nothing == []
 
-        cluster.stop_node(2)
+    cluster.stop_node(2)
 
-        def two_nodes_again():
-            pm = PartitionMap.discover(conn3, "joins")
-            return pm if len(pm.nodes) == 2 and pm.total_rows == 2000 else None
+    def two_nodes_again():
+        pm = PartitionMap.discover(conn3, "joins")
+        return pm if len(pm.nodes) == 2 and pm.total_rows == 2000 else None
 
-        final = wait_for(two_nodes_again, 90, "the map to drop the stopped node", poll=1.0, errors=JOINING)
-        assert any("left" in c for c in after.diff(final))
-        assert sorted(len(final.partitions_of(n)) for n in final.nodes)[0] > 0
+    final = wait_for(two_nodes_again, 90, "the map to drop the stopped node", poll=1.0, errors=JOINING)
+    assert any("left" in c for c in after.diff(final))
+    assert sorted(len(final.partitions_of(n)) for n in final.nodes)[0] > 0

@@ -9,7 +9,6 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from ignite_tf_dev.ignite.cluster import LocalIgniteCluster, pid_alive
 from pyignite import Client, GenericObjectMeta
 from pyignite.api.affinity import cache_get_node_partitions
 from pyignite.datatypes import DoubleObject, IntObject, LongObject, String
@@ -267,46 +266,35 @@ def test_abandoned_scan_leaves_the_connection_usable(numeric_table, ignite_conn)
 
 
 # -- failover -----------------------------------------------------------------------------------------------
-def _private_cluster(tmp_path) -> LocalIgniteCluster:
-    return LocalIgniteCluster.on_free_ports(tmp_path / "ignite", "private", die_with_parent=True)
-
-
-def test_node_killed_mid_read_every_key_once(tmp_path):
-    cluster = _private_cluster(tmp_path)
-    pids = []
-    try:
-        cluster.up(2)
-        pids = [n.pid for n in cluster.nodes]
-        conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes),
-                                      timeout=120)  # a shared 2-core machine can be slow to INSERT
-        client = conn.client()
-        # Keys 7 apart fall evenly on the 1024 partitions: 6,500 rows are 6 or 7 a partition, enough for the kill
-        # to land inside the first one's scan (>= 6 rows, asserted below); 8,000 only cost a longer cold INSERT.
-        rows = numeric_rows(6500, seed=3)
-        create_table(client, "failover_t", NUMERIC, rows, backups=1)
-        victim = next(c for c in client._nodes if c.port == cluster.nodes[1].client_port)
-        mapping = cache_get_node_partitions(client._nodes[0], cache_id("failover_t")).value
-        victim_parts = sorted(mapping["partition_mapping"][cache_id("failover_t")]["node_mapping"][victim.uuid])
-        client.close()
-        with PartitionReader(conn, "failover_t") as reader:
-            sizes = {p: len(reader.read_all([p])["id"]) for p in victim_parts}
-        # A partition of the victim with >= 6 rows first: the kill lands inside its scan, between two pages.
-        first = max(victim_parts, key=sizes.get)
-        assert sizes[first] >= 6
-        tasks = [first] + [p for p in victim_parts if p != first] + sorted(set(ALL) - set(victim_parts))
-        with PartitionReader(conn, "failover_t", batch_size=2, page_size=2) as reader:
-            it = reader.batches(tasks)
-            got = [next(it) for _ in range(2)]
-            assert reader.stats["partitions"] == 0 and reader.stats["pages"] == 2
-            cluster.stop_node(1, signal.SIGKILL)
-            got.extend(it)
-            stats = reader.stats
-        assert stats["failovers"] >= 1
-        assert stats["pages_per_node"][f"127.0.0.1:{cluster.nodes[0].client_port}"] > 0
-        assert_same_rows({k: np.concatenate([b[k] for b in got]) for k in got[0]}, rows)
-    finally:
-        cluster.down()
-    assert not [p for p in pids if pid_alive(p)], "Ignite nodes left running"
+def test_node_killed_mid_read_every_key_once(own_ignite):
+    cluster = own_ignite(2)
+    conn = IgniteConnectionConfig(addresses=tuple(("127.0.0.1", n.client_port) for n in cluster.nodes),
+                                  timeout=120)  # a shared 2-core machine can be slow to INSERT
+    client = conn.client()
+    # Keys 7 apart fall evenly on the 1024 partitions: 6,500 rows are 6 or 7 a partition, enough for the kill
+    # to land inside the first one's scan (>= 6 rows, asserted below); 8,000 only cost a longer cold INSERT.
+    rows = numeric_rows(6500, seed=3)
+    create_table(client, "failover_t", NUMERIC, rows, backups=1)
+    victim = next(c for c in client._nodes if c.port == cluster.nodes[1].client_port)
+    mapping = cache_get_node_partitions(client._nodes[0], cache_id("failover_t")).value
+    victim_parts = sorted(mapping["partition_mapping"][cache_id("failover_t")]["node_mapping"][victim.uuid])
+    client.close()
+    with PartitionReader(conn, "failover_t") as reader:
+        sizes = {p: len(reader.read_all([p])["id"]) for p in victim_parts}
+    # A partition of the victim with >= 6 rows first: the kill lands inside its scan, between two pages.
+    first = max(victim_parts, key=sizes.get)
+    assert sizes[first] >= 6
+    tasks = [first] + [p for p in victim_parts if p != first] + sorted(set(ALL) - set(victim_parts))
+    with PartitionReader(conn, "failover_t", batch_size=2, page_size=2) as reader:
+        it = reader.batches(tasks)
+        got = [next(it) for _ in range(2)]
+        assert reader.stats["partitions"] == 0 and reader.stats["pages"] == 2
+        cluster.stop_node(1, signal.SIGKILL)
+        got.extend(it)
+        stats = reader.stats
+    assert stats["failovers"] >= 1
+    assert stats["pages_per_node"][f"127.0.0.1:{cluster.nodes[0].client_port}"] > 0
+    assert_same_rows({k: np.concatenate([b[k] for b in got]) for k in got[0]}, rows)
 
 
 # -- tf.data ------------------------------------------------------------------------------------------------

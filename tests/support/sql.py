@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
-from ignite_tf_dev.ignite.cluster import LocalIgniteCluster
-
 
 def sql(client, query: str, args: list | None = None) -> list[list]:
     """The rows of ``query`` (with ``args`` for its ``?`` parameters) as lists."""
@@ -21,14 +17,3 @@ def create_table(client, name: str, keys, *, template: str = "partitioned", back
     for i in range(0, len(keys), 2000):
         values = ",".join(f"({k},{k / 2},{k % 3})" for k in keys[i:i + 2000])
         sql(client, f"INSERT INTO {name} (ID, F0, LABEL) VALUES {values}")
-
-
-@contextmanager
-def private_cluster(tmp_path, n: int = 2):
-    """A cluster of this test's own, for tests that stop or add nodes."""
-    cluster = LocalIgniteCluster.on_free_ports(tmp_path / "ignite", "private", die_with_parent=True)
-    try:
-        cluster.up(n)
-        yield cluster
-    finally:
-        cluster.down()

@@ -23,6 +23,7 @@ import pytest
 COMPONENTS = {
     "ignite_cluster": "ignite",
     "secure_ignite_cluster": "ignite",
+    "own_ignite": "ignite",
     "airflow_services": "services",
     "k8s_cluster": "k8s",
     "object_store": "objstore",
