@@ -79,7 +79,6 @@ def test_bench_smoke(script, ignite_conn):
         assert data["runs"]["s3"][0]["files_in_store"] > 0  # the run really lived in the object store
 
 
-@pytest.mark.k8s
 @pytest.mark.timeout(900)
 def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """On the session's local Kubernetes (``--kubeconfig``: the bench starts and stops none) in a namespace of
@@ -90,7 +89,6 @@ def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes, before", "kubernetes"]
 
 
-@pytest.mark.k8s
 @pytest.mark.timeout(900)
 def test_k8s_startup_bench_smoke_in_the_deployed_shape_with_a_warm_pool(k8s_cluster, k8s_ignite, k8s_namespace,
                                                                          monkeypatch):
@@ -121,7 +119,6 @@ def test_k8s_startup_bench_smoke_in_the_deployed_shape_with_a_warm_pool(k8s_clus
     assert not k8s_cluster.core.list_namespaced_pod(k8s_namespace, label_selector=pool.LABEL).items
 
 
-@pytest.mark.k8s
 @pytest.mark.timeout(900)
 def test_k8s_memory_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """Two model sizes in real pods on the real node: each container's peak read from its cgroup on the node
@@ -135,7 +132,6 @@ def test_k8s_memory_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     assert all(r["peak_mib"] and r["pod_limit"] for r in pods), pods
 
 
-@pytest.mark.k8s
 @pytest.mark.timeout(900)
 def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """Start-up, input, a deleted worker pod and locality on the real node (the session's Ignite nodes on
@@ -148,7 +144,6 @@ def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
         assert run["status"] == "succeeded" and run["next_epoch_s"] is not None, run
 
 
-@pytest.mark.k8s
 @pytest.mark.timeout(600)
 def test_k8s_deployed_bench_killed_leaves_nothing(ignite_conn, k8s_cluster, k8s_namespace):
     """SIGTERM (what a timeout sends) to bench/k8s_deployed.py once its cluster's pods run: the bench stops the

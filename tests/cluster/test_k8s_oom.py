@@ -28,7 +28,7 @@ from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import use_local_k8s, wait_final
 from tests.support.polling import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 HOLD = '''
 import sys

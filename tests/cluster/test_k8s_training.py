@@ -34,7 +34,7 @@ from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import cluster_pods, use_local_k8s
 from tests.support.polling import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+pytestmark = pytest.mark.timeout(3600)
 
 # The team's own model module: in a tmp folder, never installed; it reaches the pods through code shipping.
 TEAM_MODEL = '''

@@ -20,7 +20,7 @@ from tests.support.polling import wait_for
 
 # The first test to use the session cluster may build it (about 30 minutes on a cold 2-core machine);
 # every wait inside a test is bounded on its own.
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+pytestmark = pytest.mark.timeout(3600)
 
 SIMULATED = ["sim-0", "sim-1", "sim-2"]
 

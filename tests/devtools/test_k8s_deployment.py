@@ -19,7 +19,7 @@ from ignite_tf_dev.k8s.images import task_image_ref
 
 from tests.support.polling import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(3600)]
+pytestmark = pytest.mark.timeout(3600)
 
 
 def _run_pod(core, ns: str, name: str, script: str, **spec) -> tuple[object, str]:

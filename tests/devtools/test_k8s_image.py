@@ -15,7 +15,7 @@ import pytest
 from ignite_tf_dev.k8s import host as local_k8s_host
 from ignite_tf_dev.k8s import images
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 
 def _sha256(f) -> str:

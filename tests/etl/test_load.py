@@ -24,8 +24,6 @@ from ignite_tf.etl.loader import hash_keys, load, row_hash_keys
 from ignite_tf.ports import free_port
 from tests.support.sql import sql
 
-pytestmark = pytest.mark.integration
-
 
 def features(n: int, seed: int = 0, with_id: bool = True) -> pd.DataFrame:
     """The demo's shape: 16 float32 features and an int32 label (plus an int64 id)."""

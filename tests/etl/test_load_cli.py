@@ -13,8 +13,6 @@ import yaml
 
 from ignite_tf.etl.loader import COLUMN_TYPES
 
-pytestmark = pytest.mark.integration
-
 
 def ignite_tf(conn, *args: str) -> subprocess.CompletedProcess:
     """``python -m ignite_tf.cli ARGS`` with the session cluster's addresses in the environment."""

@@ -19,7 +19,6 @@ from ignite_tf.reader.partition import ReadTask
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry, VersionNotFoundError
 from tests.support.sql import sql
 
-pytestmark = pytest.mark.integration
 FEATURES = demo_data.feature_columns()
 HALVES = [list(range(0, 512)), list(range(512, 1024))]
 

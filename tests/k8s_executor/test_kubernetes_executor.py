@@ -34,7 +34,7 @@ from tests.support.airflow_services import REPO, wait_parsed
 from tests.support.clusters import assert_nothing_left
 from tests.support.polling import wait_for
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 deployed = training.deployed  # namespace, Ignite pods, a fresh run root on the object store (a fixture)
 # Long enough that the deferred worker pod is gone before the training ends (the scheduler deletes it some
 # seconds after the deferral): 4 epochs of 1200 rows once ended first when the task pods' start got faster.

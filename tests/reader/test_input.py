@@ -26,7 +26,6 @@ from ignite_tf.reader.partition import STACKED, PartitionReader
 from tests.support.polling import wait_for
 from tests.support.sql import sql
 
-pytestmark = pytest.mark.integration
 FEATURES = demo_data.feature_columns()
 
 

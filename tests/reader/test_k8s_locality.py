@@ -24,7 +24,7 @@ from ignite_tf.reader.partition import PartitionReader
 from tests.support.polling import wait_for
 from tests.support.sql import create_table, sql
 
-pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 IGNITE_SELECTOR = "app=ignite"  # as docker/k8s/ignite.yaml labels its pods
 ROWS = 6_000
 

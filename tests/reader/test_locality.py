@@ -38,7 +38,6 @@ from ignite_tf.ui import page, views
 from tests.support.clusters import assert_nothing_left
 from tests.support.sql import create_table, sql
 
-pytestmark = pytest.mark.integration
 ROWS = 30_000
 
 

@@ -20,7 +20,6 @@ from ignite_tf.plan.split import EvaluationSplit
 from ignite_tf.reader.partition import HASH_SPACE, PartitionReader, ReadTask, key_hash, tf_dataset
 from tests.support.sql import sql
 
-pytestmark = pytest.mark.integration
 ALL = range(1024)
 
 

@@ -27,7 +27,6 @@ from ignite_tf.runstore import LAYOUT
 from tests.support.polling import wait_for
 
 CACHE = "runstore_tabular"
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,6 @@ def test_timing_marks_are_lines_bench_e2e_reads():
     assert marks("timing: x at 1.5\nepoch 1/2\ntiming: x at 2.5\ntiming: y at 3") == {"x": 2.5, "y": 3.0}
 
 
-@pytest.mark.integration
 def test_device_datasets_are_built_without_autotuning():
     import tensorflow as tf
     from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
@@ -91,7 +90,6 @@ def test_device_datasets_are_built_without_autotuning():
         mdi._create_device_dataset = original
 
 
-@pytest.mark.integration
 def test_save_once_outside_a_cluster_saves_the_model_itself(tmp_path):
     from ignite_tf.cluster.spec import Mode
     from ignite_tf.runtime.ending import save_once
@@ -103,7 +101,6 @@ def test_save_once_outside_a_cluster_saves_the_model_itself(tmp_path):
     assert result == "dir" and saved == ["model"]
 
 
-@pytest.mark.integration
 def test_lean_save_keeps_the_serving_signature_and_loads(tmp_path):
     import numpy as np
     import tensorflow as tf

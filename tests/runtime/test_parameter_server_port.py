@@ -20,8 +20,6 @@ import pytest
 from ignite_tf.cluster.api import make_launcher
 from tests.support.clusters import assert_nothing_left
 
-pytestmark = pytest.mark.integration
-
 TUTORIAL = Path(__file__).resolve().parents[2] / "dags" / "examples" / "parameter_server_tutorial"
 ROWS, EPOCHS = 600, 3  # ported.py's NUM_EPOCHS
 

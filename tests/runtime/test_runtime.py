@@ -36,7 +36,6 @@ from tests.support.polling import wait_for
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "dags" / "examples" / "mnist_keras_tutorial"
 FEATURES = demo_data.feature_columns()
-pytestmark = pytest.mark.integration
 
 
 # -- helpers ----------------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from tests.support.airflow import SECRET
 from tests.support.airflow_services import free_ports, wait_parsed
 from tests.ui.browser import chrome, click, login, wait_for
 
-pytestmark = pytest.mark.integration
 DAG_ID = "ignite_tf_tabular_sync"
 
 
