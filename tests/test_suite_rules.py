@@ -11,6 +11,7 @@ and names the one outcome; where two are truly right, ``EITHER`` says why.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.support import tiers
@@ -30,6 +31,7 @@ EITHER: dict[str, str] = {}
 STATUS_WORDS = ("status", "state", "outcome", "phase")
 
 
+@functools.cache
 def _test_sources() -> dict[str, ast.Module]:
     return {str(path.relative_to(TESTS)): ast.parse(path.read_text(), str(path))
             for path in sorted(TESTS.rglob("*.py"))}
