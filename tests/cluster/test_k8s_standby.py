@@ -18,17 +18,39 @@ from ignite_tf.cluster.k8s.settings import KubernetesSettings
 from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
 from ignite_tf.contract import ENV_RUN_STORE, ENV_STATE_DIR, ENV_STATE_STORE
 from ignite_tf.errors import ConfigError
+from tests.support.polling import wait_for
 
 PROBE = """import os, sys
 print("ARGV", sys.argv[1:], "ATTEMPT", os.environ.get("IGNITE_TF_ATTEMPT"), "GONE", os.environ.get("GONE"),
       "KEPT", os.environ.get("KEPT"), flush=True)
 sys.exit(3)
 """
-WAITER = ("from ignite_tf.cluster.k8s import standby\n"
-          "go = standby.wait_for_go(2, 'worker-1', 'sb1')\n"
-          "print('NO GO' if go is None else 'GO', flush=True)\n"
-          "if go is not None:\n"
-          "    standby.become(go, ['python', '-m', 'probe_task', '--epochs', '3'])\n")
+WAITER = """from ignite_tf.cluster.k8s import standby
+from ignite_tf.cluster.state import store_from_env
+
+
+class Reads:
+    \"\"\"The state store, saying the first two times it read each go record: a go it read twice is one it kept
+    waiting past.\"\"\"
+
+    def __init__(self, store):
+        self.store, self.seen = store, {}
+
+    def get(self, cluster_id, **kwargs):
+        state = self.store.get(cluster_id, **kwargs)
+        go = (state.launcher or {}).get(standby.GO_KEY) if state is not None else None
+        seen = "none" if not go else f"{go['generation']} {sorted(go['tasks'])}"
+        self.seen[seen] = self.seen.get(seen, 0) + 1
+        if self.seen[seen] <= 2:
+            print(f"READ {seen} x{self.seen[seen]}", flush=True)
+        return state
+
+
+go = standby.wait_for_go(2, 'worker-1', 'sb1', store=Reads(store_from_env()))
+print('NO GO' if go is None else 'GO', flush=True)
+if go is not None:
+    standby.become(go, ['python', '-m', 'probe_task', '--epochs', '3'])
+"""
 
 
 def test_the_setting_and_which_tasks_can_wait_warm():
@@ -44,44 +66,58 @@ def test_the_setting_and_which_tasks_can_wait_warm():
         "set": {"A": "2", "NEW": "n"}, "unset": ["GONE"]}
 
 
-def _waiter(tmp_path):
+def _waiter(tmp_path) -> subprocess.Popen:
+    """The standby's wait and task as a process (its output in ``waiter.log``)."""
     (tmp_path / "probe_task.py").write_text(PROBE)
     env = {**os.environ, ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state"), "GONE": "1",
            "KEPT": "k", "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    return subprocess.Popen([sys.executable, "-c", WAITER], env=env, cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with open(tmp_path / "waiter.log", "w") as out:
+        return subprocess.Popen([sys.executable, "-c", WAITER], env=env, cwd=tmp_path, text=True, stdout=out,
+                                stderr=subprocess.STDOUT)
 
 
 def test_a_standby_waits_for_its_own_generation_then_runs_the_task_with_the_go_record(tmp_path):
+    """A go record of an older generation, or of this generation naming other tasks only, is read and waited
+    past (read twice, the process still waiting); the one naming this pod's task is taken."""
     store = LocalStateStore(tmp_path / "state")
     state = ClusterState(cluster_id="sb1", cache="c", mode="sync", run_dir=str(tmp_path))
     store.put(state)
     proc = _waiter(tmp_path)
+
+    def log() -> str:
+        return (tmp_path / "waiter.log").read_text()
+
+    def waited_past(seen: str) -> None:
+        wait_for(lambda: f"READ {seen} x2" in log() or proc.poll() is not None, 60,
+                 f"the standby to read the go record {seen} twice", seen=log)
+        assert proc.poll() is None and "GO" not in log(), log()
+
     try:
-        # A record of an older generation, or naming other tasks only, is not this pod's go.
+        waited_past("none")
         state.launcher[standby.GO_KEY] = {"generation": 1, "tasks": {"worker-1": {"set": {}, "unset": []}}}
         store.put(state)
-        time.sleep(1.0)
+        waited_past("1 ['worker-1']")
         state.launcher[standby.GO_KEY] = {"generation": 2, "tasks": {"worker-0": {"set": {}, "unset": []}}}
         store.put(state)
-        time.sleep(1.0)
-        assert proc.poll() is None, proc.stdout.read()
+        waited_past("2 ['worker-0']")
         state.launcher[standby.GO_KEY]["tasks"]["worker-1"] = standby.go_record(
             {"IGNITE_TF_ATTEMPT": "1", "GONE": "1", "KEPT": "k"}, {"IGNITE_TF_ATTEMPT": "2", "KEPT": "k"})
         store.put(state)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = log()
     assert proc.returncode == 3, out
-    assert "GO\nARGV ['--epochs', '3'] ATTEMPT 2 GONE None KEPT k" in out, out
+    assert "READ 2 ['worker-0', 'worker-1'] x1\nGO\nARGV ['--epochs', '3'] ATTEMPT 2 GONE None KEPT k" in out, out
 
 
 def test_a_standby_ends_when_the_cluster_ended_without_it(tmp_path):
     store = LocalStateStore(tmp_path / "state")
     store.put(ClusterState(cluster_id="sb1", cache="c", mode="sync", run_dir=str(tmp_path), status=Status.SUCCEEDED))
     proc = _waiter(tmp_path)
-    out, _ = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    out = (tmp_path / "waiter.log").read_text()
     assert proc.returncode == 0 and "NO GO" in out, out
 
 

@@ -7,6 +7,7 @@ Each test prints the measured SIGTERM-to-exit times.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,9 +22,10 @@ import pytest
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.state import LocalStateStore, Status
-from ignite_tf.contract import STOPPED_EXIT_CODE, TASKBOOT_DIR
+from ignite_tf.contract import STOPPED_EXIT_CODE, TASKBOOT_DIR, read_progress
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
+from ignite_tf.runstore import RunFolder
 from tests.runtime.test_runtime import LocalTasks, epochs_of, runtime_command, tabular  # noqa: F401 - fixture
 from tests.runtime.test_training import cache, job  # noqa: F401 - fixture
 from tests.support.clusters import assert_nothing_left
@@ -139,6 +141,12 @@ def launcher(ignite_conn, run_root, tmp_path):
     return make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
 
 
+def _step_of_epoch(progress: Path) -> int:
+    """The epoch a task's last progress report names a step of (0: none yet, or not a step)."""
+    found = re.fullmatch(r"epoch (\d+) step \d+", (read_progress(progress) or {}).get("what", ""))
+    return int(found.group(1)) if found else 0
+
+
 def test_sync_worker_sigterm_saves_stops_and_the_restart_resumes(cache, ignite_conn, launcher):  # noqa: F811
     epochs = 6
     state = start_cluster(cache, job(epochs, 16), conn=ignite_conn, launcher=launcher, mode="sync", workers=2,
@@ -146,7 +154,11 @@ def test_sync_worker_sigterm_saves_stops_and_the_restart_resumes(cache, ignite_c
     cid = state.cluster_id
     wait_for(lambda: len(launcher.store.epochs(cid)) >= 2, timeout=300, what="2 epochs")
     tasks = {t.name: t.pid for t in launcher.status(cid).tasks}
-    time.sleep(0.5)  # into the next epoch: the backup on SIGTERM is of a step
+    # Into the next epoch, so that the backup on SIGTERM is of a step within an epoch: worker-1's progress
+    # report names a step of an epoch after the 2 recorded (steps are reported at most once a second).
+    progress = RunFolder(state.run_dir).progress("worker-1")
+    wait_for(lambda: _step_of_epoch(progress) >= 3, timeout=120, poll=0.05, what="worker-1 at a step of epoch 3",
+             seen=lambda: f"worker-1's progress: {read_progress(progress)}")
     started = time.monotonic()
     os.kill(tasks["worker-1"], signal.SIGTERM)
     wait_for(lambda: gone(tasks["worker-1"]), timeout=30, poll=0.01, what="worker-1 to end")
