@@ -151,3 +151,23 @@ def test_every_slow_entry_names_a_test_of_the_suite():
         assert path in sources, f"{nodeid}: no such file"
         names = {n.name for n in ast.walk(sources[path]) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
         assert name.split("[")[0] in names, f"{nodeid}: no test {name!r} in {path}"
+
+
+def test_the_slow_registry_says_what_the_last_full_run_did():
+    """The registry against the newest `make test` report in .test-reports/ (none on a fresh clone: nothing to
+    judge yet): a test over the limit that it does not name, or an entry whose test ran well under it, fails
+    here until SLOW is brought up to date. Checked here rather than in the run itself, whose times are the
+    shared machine's weather."""
+    report, calls = tiers.last_full_run()
+    problems = tiers.slow_registry_problems(calls, tiers.SLOW)
+    assert problems == [], f"{report}: bring tests/support/tiers.py SLOW up to date"
+
+
+def test_the_last_full_run_is_read_by_node_id(tmp_path):
+    (tmp_path / "test-20261128T000000.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.cluster.test_x" name="test_a[p]" time="61.5"/>'
+        '<testcase classname="tests.test_y" name="test_b" time="0.1"/></testsuite></testsuites>')
+    (tmp_path / "check-20261129T000000.xml").write_text("<testsuites/>")  # a check run is not a full run
+    report, calls = tiers.last_full_run(tmp_path)
+    assert report.name == "test-20261128T000000.xml"
+    assert calls == {"tests/cluster/test_x.py::test_a[p]": 61.5, "tests/test_y.py::test_b": 0.1}

@@ -5,18 +5,20 @@ depend on: ``item.fixturenames`` is the closure) start a real component gets tha
 ``real`` besides. ``--tier check`` (``make check``) runs the rest: planners, schemas, policies, settings,
 parsers, the public API, the docs; ``--tier all`` (``make test``, the default) runs everything.
 
-Each run ends with its wall time against the tier's budget, and a check of ``SLOW``: a test whose own body (the
-``call`` phase: a shared fixture's start belongs to the component, not to the first test that asks for it)
-runs over ``SLOW_S`` needs an entry there saying why it cannot be faster, and an entry whose test now runs under
-``STALE_S`` fails the run until it is removed. The band between the two keeps a test that sits near the limit
-on a noisy machine from failing every other run.
+Each run ends with its wall time against the tier's budget and the state of ``SLOW``, the registry of tests
+whose own body (the ``call`` phase: a shared fixture's start belongs to the component, not to the first test
+that asks for it) runs over ``SLOW_S``, each with why it cannot be faster: a test over ``SLOW_S`` with no entry,
+and an entry whose test now runs under ``STALE_S``, are named there. Times are not asserted in the run itself
+(the machine is shared and noisy): ``make check`` fails on them instead, read from the newest full run's JUnit
+report in ``.test-reports/`` (tests/test_suite_rules.py), until the registry says what the suite does. The
+band between the two limits keeps a test near the limit from flipping in and out of the registry.
 """
 
 from __future__ import annotations
 
 import time
-
-import pytest
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 # Fixture -> the real component it starts (or reaches). A test that uses one, directly or through another
 # fixture, is not in `make check`.
@@ -33,7 +35,10 @@ REAL = "real"
 # Seconds a tier's tests may take on the 2-core development machine (`make` adds its set-up before them).
 BUDGET_S = {"check": 3 * 60, "all": 30 * 60}
 COLD_BUDGET_S = 45 * 60  # `make test` on a machine where the session builds the local Kubernetes first
-SLOW_S, STALE_S = 60.0, 45.0
+SLOW_S, STALE_S = 60.0, 40.0
+# JUnit XML of each run (the Makefile's --junitxml: check-<UTC time>.xml, test-<UTC time>.xml), call times only
+# (pyproject's junit_duration_report).
+REPORTS = Path(__file__).resolve().parents[2] / ".test-reports"
 
 # Tests whose own body runs over SLOW_S, by node id, and why none can be faster.
 SLOW: dict[str, str] = {
@@ -55,6 +60,18 @@ def slow_registry_problems(calls: dict[str, float], registry: dict[str, str]) ->
     problems += [f"{nodeid} ran {calls[nodeid]:.0f} s (under {STALE_S:.0f} s): drop it from SLOW"
                  for nodeid in sorted(registry) if nodeid in calls and calls[nodeid] < STALE_S]
     return problems
+
+
+def last_full_run(reports: Path = REPORTS) -> tuple[Path | None, dict[str, float]]:
+    """The newest `make test` report and its tests' call times by node id (``None, {}`` if there is none)."""
+    runs = sorted(reports.glob("test-*.xml"))
+    if not runs:
+        return None, {}
+    calls = {}
+    for case in ET.parse(runs[-1]).getroot().iter("testcase"):
+        path = case.get("classname", "").replace(".", "/")
+        calls[f"{path}.py::{case.get('name')}"] = float(case.get("time", 0))
+    return runs[-1], calls
 
 
 def pytest_addoption(parser):
@@ -108,8 +125,6 @@ class Budget:
 
     def pytest_sessionfinish(self, session, exitstatus):
         self.problems = slow_registry_problems(self.calls, SLOW)
-        if self.problems and exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
         took = time.monotonic() - self.started
@@ -117,7 +132,7 @@ class Budget:
         budget = COLD_BUDGET_S if cold else BUDGET_S[self.tier]
         terminalreporter.section("time budget")
         for problem in self.problems:
-            terminalreporter.write_line(f"SLOW registry: {problem}", red=True)
+            terminalreporter.write_line(f"SLOW registry: {problem} (make check fails until it is)", red=True)
         over = took > budget
         terminalreporter.write_line(
             f"tier {self.tier}{' (local Kubernetes built in this run)' if cold else ''}: {len(self.calls)} "
