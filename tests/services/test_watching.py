@@ -147,6 +147,11 @@ def test_clearing_the_deferred_sensor_leaves_the_cluster_running_and_it_then_suc
         cluster_id = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/start/"
                                         "xcomEntries/cluster_id?deserialize=true")["value"]
         assert not launcher.status(cluster_id).status.final
+        # "deferred" is the task's state, set before the triggerer has taken the trigger: a clear in between
+        # removes a trigger that never ran (no on_kill to see). Clear once it runs: it has logged a chief line.
+        wait_for(lambda: any(chief_lines(events(p)) for p in task_logs(svc, SENSOR_DAG, run_id, "watch",
+                                                                        "attempt=1.log.trigger.*.log")),
+                 120, "the sensor's trigger to run (a chief line in its log)", poll=1)
 
         svc.request("POST", f"/api/v2/dags/{SENSOR_DAG}/clearTaskInstances",
                     {"dry_run": False, "only_failed": False, "task_ids": ["watch"], "dag_run_id": run_id})
