@@ -111,7 +111,7 @@ def last_full_run(reports: Path = REPORTS) -> tuple[Path | None, dict[str, float
 def pytest_addoption(parser):
     parser.addoption("--tier", choices=sorted(BUDGET_S), default="all",
                      help="check: only the tests that start no real component (no JVM, TensorFlow process, "
-                          "Airflow service or DB, Kubernetes, object store); all: everything (default)")
+                          "Airflow service, Kubernetes, object store, built wheel); all: everything (default)")
 
 
 def pytest_configure(config):
