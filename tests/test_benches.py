@@ -86,37 +86,7 @@ def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     done = run_smoke("k8s_startup.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
                      "--namespace", k8s_namespace, "--host-network")
     data = assert_table_and_json("k8s_startup.py", done)
-    assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes, before", "kubernetes"]
-
-
-@pytest.mark.timeout(900)
-def test_k8s_startup_bench_smoke_in_the_deployed_shape_with_a_warm_pool(k8s_cluster, k8s_ignite, k8s_namespace,
-                                                                         monkeypatch):
-    """The same bench in the deployed shape (the Ignite pods, the object-store run root as `make k8s-up` exports
-    them): its launches on a warm pool run too (one not counted leaves the first pool, the round's last launch
-    runs on it and leaves another, which the bench deletes at its end). Nothing simulated."""
-    import uuid
-
-    from ignite_tf_dev.k8s import addons
-
-    from ignite_tf.cluster.k8s import pool
-    from ignite_tf.runstore import RunStore
-
-    exports = {**addons.exports(k8s_cluster.layout), "IGNITE_TF_ADDRESSES": ",".join(k8s_ignite),
-               "IGNITE_TF_RUN_ROOT": f"s3://{addons.BUCKET}/bench-{uuid.uuid4().hex[:8]}"}
-    for key, value in exports.items():
-        monkeypatch.setenv(key, value)
-    try:
-        done = run_smoke("k8s_startup.py", "--ignite", ",".join(k8s_ignite), "--kubeconfig",
-                         k8s_cluster.kubeconfig, "--namespace", k8s_namespace)
-    finally:
-        RunStore(exports["IGNITE_TF_RUN_ROOT"]).remove_dir("")
-    data = assert_table_and_json("k8s_startup.py", done)
-    runs = data["runs"]
-    assert [r["launcher"] for r in runs] == ["local", "kubernetes, before", "kubernetes", "kubernetes, warm pool"]
-    assert runs[-1]["pool_pods"] == 2 and runs[-1]["head_start_pods"] == 0, runs[-1]
-    assert data["warm_pool_vs_local"] is not None
-    assert not k8s_cluster.core.list_namespaced_pod(k8s_namespace, label_selector=pool.LABEL).items
+    assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes"]
 
 
 @pytest.mark.timeout(900)

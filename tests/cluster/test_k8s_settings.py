@@ -32,6 +32,14 @@ def test_settings_are_checked_with_the_field_named():
         KubernetesSettings.parse({"dns": False})
 
 
+def test_the_removed_warm_pool_is_refused_saying_why_but_an_old_clusters_zero_is_read():
+    with pytest.raises(ConfigError, match=r"kubernetes.warm_pool was removed in 0.2.0: .*run code"):
+        KubernetesSettings.parse({"namespace": "ml", "warm_pool": 300})
+    # What a cluster started before the removal recorded (to_dict wrote warm_pool: 0): its supervisor reads it.
+    assert KubernetesSettings.parse({"namespace": "ml", "warm_pool": 0}).namespace == "ml"
+    assert "warm_pool" not in KubernetesSettings.parse({}).to_dict()
+
+
 def test_tf_config_uses_the_headless_service_dns_names_and_pods_are_owned():
     spec = objects.with_pod_addresses(_spec(), "ns1", KubernetesSettings())
     assert spec.cluster_dict()["worker"] == ["worker-0.tf-x1.ns1.svc:2222", "worker-1.tf-x1.ns1.svc:2222"]

@@ -20,6 +20,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 # Fixture -> the real component it starts (or reaches). A test that uses one, directly or through another
 # fixture, is not in `make check`.
 COMPONENTS = {
@@ -32,6 +34,11 @@ COMPONENTS = {
     "built_wheel": "packaging",
 }
 REAL = "real"
+# Components one machine runs once, so their tests share one pytest-xdist worker (`make test` runs ``-n``
+# workers with ``--dist loadgroup``): one local Kubernetes per host (a second `up` would take its ports and
+# its bridge); one set of Airflow services (a second set is minutes of CPU for nothing). Every other test
+# is grouped by its module, so a module's fixtures start once.
+ONE_PER_MACHINE = ("k8s", "services")
 # Seconds a tier's tests may take on the 2-core development machine (`make` adds its set-up before them).
 BUDGET_S = {"check": 3 * 60, "all": 30 * 60}
 COLD_BUDGET_S = 45 * 60  # `make test` on a machine where the session builds the local Kubernetes first
@@ -50,16 +57,12 @@ SLOW: dict[str, str] = {
         "the whole pipeline under dag.test() (load, discovery, plan, validation per shard, the tutorial script unchanged on 2 workers, publish): one run is the test",
     "tests/test_benches.py::test_k8s_deployed_bench_smoke":
         "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart with standby off and on, locality), each a cluster of real pods",
-    "tests/test_benches.py::test_k8s_startup_bench_smoke_in_the_deployed_shape_with_a_warm_pool":
-        "four launches (local, Kubernetes before and after, on the warm pool) in the deployed shape; goes with the warm pool (issue 37)",
     "tests/cluster/test_k8s_training.py::test_a_deleted_worker_restarts_on_the_warm_standby_pods":
         "a real-node cluster, a worker pod deleted mid-training and the restart on the standby pods; goes with the standby (issue 37)",
     "tests/runtime/test_training.py::test_ported_conv_tutorial_with_repeat_trains_on_two_workers":
         "TensorFlow's tutorial as ported, unchanged (3 epochs x 70 Conv2D steps on 2 workers): the port's own numbers are what is tested",
     "tests/cluster/test_k8s_supervisor_pod.py::test_training_outlives_its_launcher_and_its_supervisor_pod":
         "a training on the real node that outlives its launcher's SIGKILL and a deleted supervisor pod, replaced by its Deployment",
-    "tests/cluster/test_k8s_training.py::test_a_second_cluster_starts_on_the_warm_pool_the_first_one_left":
-        "two real-node clusters in a row, the second on the first one's pool; goes with the warm pool (issue 37)",
     "tests/test_benches.py::test_bench_smoke[startup.py]":
         "the bench's smoke run: each sync worker count and each input side by side, a TensorFlow cluster each",
     "tests/test_benches.py::test_k8s_startup_bench_smoke":
@@ -108,6 +111,11 @@ def last_full_run(reports: Path = REPORTS) -> tuple[Path | None, dict[str, float
     return runs[-1], calls
 
 
+def xdist_group(nodeid: str, used: list[str]) -> str:
+    """The pytest-xdist group of a test: the first of ``ONE_PER_MACHINE`` it uses, else its module."""
+    return next((c for c in ONE_PER_MACHINE if c in used), nodeid.split("::", 1)[0])
+
+
 def pytest_addoption(parser):
     parser.addoption("--tier", choices=sorted(BUDGET_S), default="all",
                      help="check: only the tests that start no real component (no JVM, TensorFlow process, "
@@ -128,6 +136,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(component)
         if used:
             item.add_marker(REAL)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid, used)))
     if config.getoption("--tier") == "check":
         dropped = [item for item in items if item.get_closest_marker(REAL)]
         if dropped:

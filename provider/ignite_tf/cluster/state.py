@@ -17,7 +17,6 @@ the next instance of its trigger, after a triggerer restart, continues there.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -296,19 +295,6 @@ class StateStore(ABC):
             total["data_changes"] = changes
         self._put_worker_reads(cluster_id, worker, total)
 
-    @abstractmethod
-    def post(self, key: str, record: dict[str, Any]) -> bool:
-        """Leave ``record`` under ``key`` unless something is there already: True for one caller only, however
-        many post at once (a warm pool's pod is handed to one cluster: ``ignite_tf.cluster.k8s.pool``)."""
-
-    @abstractmethod
-    def mail(self, key: str) -> dict[str, Any] | None:
-        """What was posted under ``key`` (None: nothing)."""
-
-    @abstractmethod
-    def replace_mail(self, key: str, old: dict[str, Any], record: dict[str, Any] | None) -> bool:
-        """Replace what is under ``key`` with ``record`` (None: remove it) if it is still ``old``."""
-
     def set_evaluation(self, cluster_id: str, evaluation: dict[str, Any]) -> None:
         """Record the held-out evaluation; it travels with the epochs' records (every store has those), as
         the one record holding an ``evaluation`` key, which ``get`` takes out of the epochs."""
@@ -443,49 +429,6 @@ class LocalStateStore(StateStore):
                 continue  # removed or being replaced meanwhile
         return sorted(out, key=lambda r: r.get("worker", 0))
 
-    def _mail_path(self, key: str) -> Path:
-        # A key may hold any character: a digest makes it a file name (not *.json: ids() lists clusters by that).
-        return self.dir / "mail" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.mail"
-
-    @contextlib.contextmanager
-    def _mail_lock(self):
-        import fcntl
-
-        (self.dir / "mail").mkdir(exist_ok=True)
-        with open(self.dir / "mail" / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            yield
-
-    def post(self, key: str, record: dict[str, Any]) -> bool:
-        with self._mail_lock():
-            path = self._mail_path(key)
-            if path.exists():
-                return False
-            _write_atomic(path, json.dumps({"key": key, "record": record}))
-            return True
-
-    def _mail_file(self, path: Path) -> dict[str, Any] | None:
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def mail(self, key: str) -> dict[str, Any] | None:
-        found = self._mail_file(self._mail_path(key))
-        return found["record"] if found else None
-
-    def replace_mail(self, key: str, old: dict[str, Any], record: dict[str, Any] | None) -> bool:
-        with self._mail_lock():
-            path = self._mail_path(key)
-            found = self._mail_file(path)
-            if not found or found["record"] != old:
-                return False
-            if record is None:
-                path.unlink()
-            else:
-                _write_atomic(path, json.dumps({"key": key, "record": record}))
-            return True
-
     def _watch_path(self, cluster_id: str, watcher: str) -> Path:
         # A watcher names a DAG run, whose id may hold any character: a digest makes it a file name.
         digest = hashlib.sha256(watcher.encode()).hexdigest()[:16]
@@ -510,7 +453,6 @@ class IgniteStateStore(StateStore):
     READS = "ignite_tf_sys_reads"
     CLAIMS = "ignite_tf_sys_claims"
     WATCHES = "ignite_tf_sys_watches"
-    MAIL = "ignite_tf_sys_mail"
 
     def __init__(self, conn):
         self.conn = conn
@@ -618,22 +560,6 @@ class IgniteStateStore(StateStore):
 
     def set_watch_offset(self, cluster_id: str, watcher: str, offset: int) -> None:
         self._cache(self.WATCHES).put(f"{cluster_id}/{watcher}", str(int(offset)))
-
-    def post(self, key: str, record: dict[str, Any]) -> bool:
-        return bool(self._cache(self.MAIL).put_if_absent(key, json.dumps(record)))
-
-    def mail(self, key: str) -> dict[str, Any] | None:
-        raw = self._cache(self.MAIL).get(key)
-        return json.loads(raw) if raw else None
-
-    def replace_mail(self, key: str, old: dict[str, Any], record: dict[str, Any] | None) -> bool:
-        cache = self._cache(self.MAIL)
-        raw = cache.get(key)
-        if raw is None or json.loads(raw) != old:
-            return False
-        if record is None:
-            return bool(cache.remove_if_equals(key, raw))
-        return bool(cache.replace_if_equals(key, raw, json.dumps(record)))
 
     def close(self) -> None:
         if self._client is not None:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from ignite_tf.cluster.environment import pass_through
-from ignite_tf.cluster.k8s import client, objects, pods, pool, supervisor
+from ignite_tf.cluster.k8s import client, objects, pods, supervisor
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
@@ -161,10 +161,8 @@ class KubernetesLauncher(SupervisedLauncher):
         # As the supervisor pod: from the connection's variable without importing Airflow where it can (Airflow's
         # import was most of the launcher's own start-up: 4 s quiet, 20 s on a busy machine), else the hook.
         core = client.core_v1(self.settings.conn_id)
-        # A fresh cluster's first pods start beside the supervisor's; a resumed one's attempt is the supervisor's, and
-        # so is a first attempt that may run on a warm pool's pods (the supervisor takes them, or makes new ones).
-        pooled = existing is None and self.settings.warm_pool > 0 and pool.waiting(core, k8s["namespace"], k8s["image"])
-        head_start = None if existing is not None or pooled else {
+        # A fresh cluster's first pods start beside the supervisor's; a resumed one's attempt is the supervisor's.
+        head_start = None if existing is not None else {
             "store_env": store_to_env(self.store),
             "run_store": self.run_store(spec.run_store) if spec.run_store else None,
             "conn": self.conn if self.conn is not None else getattr(self.store, "conn", None)}

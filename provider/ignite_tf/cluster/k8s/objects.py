@@ -215,8 +215,9 @@ def delete_owner(core, namespace: str, cluster_id: str) -> bool:
 
 
 def leftovers(core, namespace: str, cluster_id: str, supervisor: bool = True) -> list[str]:
-    """The cluster's objects still in the namespace (empty: nothing left); ``supervisor``: its supervisor pods too
-    (False: for the supervisor pod itself, which the root's deletion ends last)."""
+    """The cluster's objects still in the namespace (empty: nothing left); ``supervisor``: its supervisor pods and
+    its Secret too (False: for the supervisor pod itself, which the root's deletion ends last, and which may
+    not read Secrets: ``supervisor.ROLE_RULES``)."""
     selector = f"{LABEL_CLUSTER}={cluster_id}"
     out = [f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace, label_selector=selector).items]
     if supervisor:
@@ -224,8 +225,9 @@ def leftovers(core, namespace: str, cluster_id: str, supervisor: bool = True) ->
             namespace, label_selector=f"{LABEL_SUPERVISOR_OF}={cluster_id}").items]
     out += [f"service/{s.metadata.name}"
             for s in core.list_namespaced_service(namespace, label_selector=selector).items]
-    out += [f"secret/{s.metadata.name}"
-            for s in core.list_namespaced_secret(namespace, label_selector=selector).items]
+    if supervisor:
+        out += [f"secret/{s.metadata.name}"
+                for s in core.list_namespaced_secret(namespace, label_selector=selector).items]
     out += [f"configmap/{c.metadata.name}"
             for c in core.list_namespaced_config_map(namespace, label_selector=selector).items]
     return out

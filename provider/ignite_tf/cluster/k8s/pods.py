@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.commands import task_command, task_cwd
-from ignite_tf.cluster.k8s import client, objects, placement, pool, standby, startfiles
+from ignite_tf.cluster.k8s import client, objects, placement, standby, startfiles
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.podlogs import PodLogs
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
-from ignite_tf.cluster.state import ExitCode, Status, store_from_env
+from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend, SetupError
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
@@ -128,7 +128,6 @@ class PodBackend(Backend):
         self.store_env = store_env
         self.ignite_conn = ignite_conn  # for the memory estimate's row width; None: this process's IGNITE_TF_*
         self.warm = standby.WarmPods(self)  # a sync cluster's pods for its next restart (``kubernetes.standby``)
-        self.pool = pool.WarmPool(self)  # warm pods between clusters (``kubernetes.warm_pool``)
         if core is not None:
             self.__dict__["core"] = core
         if run_store is not None:  # the launcher's, for its head start (``make_first_attempt``)
@@ -352,9 +351,6 @@ class PodBackend(Backend):
         if self.host is not None:
             self.host.save()
 
-    def finished(self, status: Status) -> None:
-        self.pool.keep(status)
-
     def release(self) -> None:
         """Delete the owner (garbage-collecting everything) and wait until nothing of the cluster is left."""
         if self.cleaned:
@@ -386,7 +382,6 @@ class PodBackend(Backend):
             if task is self.spec.chief:
                 self._mark_chief(pod)
         self._record_placement()
-        self.pool.note_nodes()
         self.warm.keep()
         if self.in_pod and self.host is not None:
             self.host.state.launcher["followed"] = self.logs.followed(self.pods)
@@ -420,7 +415,7 @@ class PodBackend(Backend):
         self.event(placement.describe(result))
 
     def start(self, task: ClusterTask, attempt: int) -> int:
-        if self.warm.take(task, attempt) or self.pool.take(task, attempt):
+        if self.warm.take(task, attempt):
             return 0
         n = self.next_attempt(task)
         spec = self.pod_spec

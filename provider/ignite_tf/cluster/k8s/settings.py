@@ -60,6 +60,14 @@ def _choice(kind: type[StrEnum], value, default: StrEnum, key: str) -> StrEnum:
         raise ConfigError(f"{key} must be one of {[m.value for m in kind]} (got {value!r})") from None
 
 
+# Settings that were removed, and why; a spec that still sets one is refused with this.
+REMOVED = {
+    "warm_pool": "it saved about 1.5 s on a launch that followed a finished one, cost a waiting pod per task, and "
+                 "let anyone holding the Ignite connection run code in those pods; remove the setting (a launch "
+                 "starts new pods, TensorFlow imported once per pod)",
+}
+
+
 @dataclass
 class KubernetesSettings:
     """Settings of the Kubernetes launcher (YAML ``training.kubernetes``, operator ``kubernetes=``).
@@ -98,10 +106,6 @@ class KubernetesSettings:
         attempt, so that a whole-cluster restart (a lost worker) is handed to pods that are already scheduled
         and imported instead of new ones (``ignite_tf.cluster.k8s.standby``). Off by default: it doubles the
         pods' memory requests and costs a TensorFlow import per task after each (re)start.
-    :param warm_pool: seconds that a sync cluster's warm pods wait after it succeeded, for the next cluster in
-        the namespace with the same image, memory, credentials and nodes, whose first attempt then runs on them
-        instead of new pods (``ignite_tf.cluster.k8s.pool``: no scheduling, start or TensorFlow import on its
-        launch's path). 0 (the default): none. Costs each task's memory for that long.
     """
 
     namespace: str | None = None
@@ -123,7 +127,6 @@ class KubernetesSettings:
     supervisor: SupervisorMode = DEFAULT_SUPERVISOR
     max_runtime: float | None = None
     standby: bool = False
-    warm_pool: float = 0
 
     def __post_init__(self):
         self.placement = Placement.parse(self.placement)
@@ -134,8 +137,6 @@ class KubernetesSettings:
             raise ConfigError(f"kubernetes.max_runtime: seconds > 0 or null (got {self.max_runtime!r})")
         if not isinstance(self.standby, bool):
             raise ConfigError(f"kubernetes.standby: true or false (got {self.standby!r})")
-        if isinstance(self.warm_pool, bool) or not isinstance(self.warm_pool, int | float) or self.warm_pool < 0:
-            raise ConfigError(f"kubernetes.warm_pool: seconds >= 0 (got {self.warm_pool!r}; 0: no warm pool)")
         unknown = set(self.resources) - {"requests", "limits"}
         if unknown:
             raise ConfigError(f"kubernetes.resources: {sorted(unknown)} unknown; use requests and limits")
@@ -151,6 +152,9 @@ class KubernetesSettings:
         if isinstance(value, KubernetesSettings):
             return value
         value = dict(value or {})
+        for name, why in REMOVED.items():
+            if value.pop(name, None):  # 0 or None: what a cluster recorded before the removal, so nothing asked
+                raise ConfigError(f"kubernetes.{name} was removed in 0.2.0: {why}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:

@@ -58,10 +58,9 @@ ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
-    # The root ConfigMap: read at start (its uid), deleted at the end; the pods' start files (startfiles); the
-    # cluster's Secret is only listed (leftovers); a warm pool's root, Secret and pods are made at its end (pool).
+    # The root ConfigMap: read at start (its uid), deleted at the end; the pods' start files (startfiles). No
+    # Secret: the pods take the cluster's by reference, and the root's deletion collects it with the rest.
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list", "delete"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list"]},
 ]
 
 

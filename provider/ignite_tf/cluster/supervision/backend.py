@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
-from ignite_tf.cluster.state import ClusterState, Status
+from ignite_tf.cluster.state import ClusterState
 from ignite_tf.cluster.supervision.policy import Observation
 from ignite_tf.contract import read_progress
 
@@ -75,9 +75,6 @@ class Backend(ABC):
 
     def hand_over(self) -> None:  # noqa: B027 - only backends whose tasks survive the supervisor need it
         """Leave the tasks to the next supervisor (``survives_supervisor``), before the state is recorded."""
-
-    def finished(self, status: Status) -> None:  # noqa: B027 - only backends that keep something after it
-        """The cluster ended with ``status``, its tasks stopped, before ``release``."""
 
     def release(self) -> None:  # noqa: B027 - only backends with objects of their own need it
         """Before the final state is recorded: delete what the cluster made, so whoever sees the end finds

@@ -168,7 +168,6 @@ class Supervisor:
     def finish(self, status: Status, code: ExitCode, reason: str) -> ExitCode:
         self.finishing = True
         self.stop_all()
-        self.backend.finished(status)
         self.backend.release()
         self.state.status, self.state.exit_code, self.state.reason = status, int(code), reason
         self.state.finished_at = time.time()
