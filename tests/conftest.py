@@ -158,22 +158,6 @@ def ignite_conn(ignite_cluster) -> IgniteConnectionConfig:
     return ignite_cluster.connection()
 
 
-@pytest.fixture(scope="session")
-def airflow_services(ignite_conn, tmp_path_factory):
-    """Real Airflow services (API server with this project's plugins/, scheduler, DAG processor, triggerer) on a
-    copy of dags/, shared by the modules that need them (REST, extra links, the browser tests); stopped at the
-    end of the session, which checks that no process and no port is left. Yields ``(services, root)``."""
-    from tests.support.airflow_services import start_project_services
-
-    svc, root = start_project_services(tmp_path_factory.mktemp("airflow-services"), ignite_conn)
-    try:
-        yield svc, root
-    finally:
-        svc.stop()
-        pids, ports = svc.leftovers()
-        assert not pids and not ports, f"Airflow left processes {pids} / listening ports {ports}"
-
-
 @pytest.fixture
 def ignite_client(ignite_conn):
     client = ignite_conn.client()

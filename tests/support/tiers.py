@@ -36,8 +36,9 @@ COMPONENTS = {
 REAL = "real"
 # Components one machine runs once, so their tests share one pytest-xdist worker (`make test` runs ``-n``
 # workers with ``--dist loadgroup``): one local Kubernetes per host (a second `up` would take its ports and
-# its bridge); one set of Airflow services (a second set is minutes of CPU for nothing). Every other test
-# is grouped by its module, so a module's fixtures start once.
+# its bridge); one set of Airflow services (a second set is minutes of CPU for nothing). They are also the
+# longest groups (about 20 and 10 minutes), so they run first, each on a worker of its own, and the modules
+# fill in around them; every other test is grouped by its module, so a module's fixtures start once.
 ONE_PER_MACHINE = ("k8s", "services")
 # Seconds a tier's tests may take on the 2-core development machine (`make` adds its set-up before them).
 BUDGET_S = {"check": 3 * 60, "all": 30 * 60}
@@ -137,6 +138,12 @@ def pytest_collection_modifyitems(config, items):
         if used:
             item.add_marker(REAL)
         item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid, used)))
+    first = {group: n for n, group in enumerate(ONE_PER_MACHINE)}
+
+    def rank(item) -> int:
+        return first.get(xdist_group(item.nodeid, components_of(getattr(item, "fixturenames", ()))), len(first))
+
+    items.sort(key=rank)
     if config.getoption("--tier") == "check":
         dropped = [item for item in items if item.get_closest_marker(REAL)]
         if dropped:

@@ -1,7 +1,7 @@
 """The ignite-tf page and the trigger form in a real browser, on real Airflow services after a real training run.
 
 The session's Airflow services (``airflow_services`` in conftest: API server with this project's plugins/,
-scheduler, DAG processor, triggerer) are shared with tests/test_airflow_services.py; a successful run of the
+scheduler, DAG processor, triggerer) are shared with tests/services/test_api_server.py; a successful run of the
 sync example DAG is reused when that module made one, else triggered here. Screenshots go to the test's
 temporary folder (the printed path).
 """
