@@ -9,6 +9,7 @@ annotation (0, 1, 137 with reason OOMKilled), as k8s/kwok/pod-exit.yaml plays it
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import pytest
 from ignite_tf_dev.k8s import cluster as local_k8s
 
 from ignite_tf.cli import main as cli_main
-from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.k8s import objects, standby
 from ignite_tf.cluster.state import ExitCode, Status
 from ignite_tf.plan.shards import ShardPlan
 from tests.support.clusters import assert_nothing_left
@@ -190,7 +191,7 @@ def test_a_restart_is_handed_to_the_warm_standby_pods(kube, ignite_conn, data_ca
     (their own DNS names, a TF_CONFIG naming each other), a user deletes worker-1's pod, and the whole-cluster
     restart takes the warm pods instead of making new ones: they become the attempt's pods (relabelled, the
     cluster attempt annotated) and the go record in the cluster's state gives each its attempt. Simulated: the
-    pods' running and exit (what a warm pod does with its go record: tests/cluster/test_k8s_standby.py)."""
+    pods' running and exit (what a warm pod does with its signed go record: tests/cluster/test_k8s_standby.py)."""
     core, ns = kube
     launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns, standby=True),
                             command=("python", "-m", "ignite_tf.runtime", "--entry-point", "m:f", "--epochs", "1"))
@@ -217,9 +218,12 @@ def test_a_restart_is_handed_to_the_warm_standby_pods(kube, ignite_conn, data_ca
             labels = now[name].metadata.labels
             assert "ignite-tf.io/standby" not in labels and labels[objects.LABEL_ATTEMPT] == "1", labels
             assert now[name].metadata.annotations[objects.ANNOTATION_CLUSTER_ATTEMPT] == "1"
-        go = state.launcher["standby_go"]
-        assert go["generation"] == 1 and sorted(go["tasks"]) == ["worker-0", "worker-1"], go
-        assert go["tasks"]["worker-0"]["set"] == {}, go  # made for attempt 1: nothing to change
+        go = state.launcher[standby.GO_KEY]
+        assert (go["generation"], go["attempt"]) == (1, 1), go
+        # Signed with the key in the cluster's Secret (which the pods take by reference, never in their spec).
+        secret = core.read_namespaced_secret(objects.secret_name(cid), ns)
+        key = base64.b64decode(secret.data[standby.ENV_KEY]).decode()
+        assert standby.signed(go, key, cid) and standby.ENV_KEY not in env, go
         for name in warm:
             end_pod(core, ns, now[name], 0)
         assert wait_final(launcher, cid).status is Status.SUCCEEDED

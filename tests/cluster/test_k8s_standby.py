@@ -1,6 +1,7 @@
-"""Warm standby pods (``kubernetes.standby``) without a cluster: the setting, which commands can wait warm, and a
-real standby process waiting on a real (file) state store until its go record, then running the task's module
-in-process with the record's environment. Simulated: nothing is a pod here and the preload (TensorFlow's
+"""Warm standby pods (``kubernetes.standby``) without a cluster: the setting, which commands can wait warm, the
+signed go record, and a real standby process waiting on a real state store (a file store, and the session's
+Ignite cluster) until a go record signed with its cluster's key, refusing a forged one, then running the task's
+module in-process as the record's attempt. Simulated: nothing is a pod here and the preload (TensorFlow's
 import) is left out; the pod path runs in tests/cluster/test_k8s_training.py (a restart on the warm pods) and
 bench/k8s_deployed.py --parts resume."""
 
@@ -21,11 +22,13 @@ from ignite_tf.errors import ConfigError
 from tests.support.polling import wait_for
 
 PROBE = """import os, sys
-print("ARGV", sys.argv[1:], "ATTEMPT", os.environ.get("IGNITE_TF_ATTEMPT"), "GONE", os.environ.get("GONE"),
-      "KEPT", os.environ.get("KEPT"), flush=True)
+print("ARGV", sys.argv[1:], "ATTEMPT", os.environ.get("IGNITE_TF_ATTEMPT"), "KEPT", os.environ.get("KEPT"),
+      "KEY", os.environ.get("IGNITE_TF_CLUSTER_KEY"), flush=True)
 sys.exit(3)
 """
-WAITER = """from ignite_tf.cluster.k8s import standby
+WAITER = """import os
+
+from ignite_tf.cluster.k8s import standby
 from ignite_tf.cluster.state import store_from_env
 
 
@@ -39,17 +42,18 @@ class Reads:
     def get(self, cluster_id, **kwargs):
         state = self.store.get(cluster_id, **kwargs)
         go = (state.launcher or {}).get(standby.GO_KEY) if state is not None else None
-        seen = "none" if not go else f"{go['generation']} {sorted(go['tasks'])}"
+        seen = "none" if not go else f"{go['generation']} {go['attempt']}"
         self.seen[seen] = self.seen.get(seen, 0) + 1
         if self.seen[seen] <= 2:
             print(f"READ {seen} x{self.seen[seen]}", flush=True)
         return state
 
 
-go = standby.wait_for_go(2, 'worker-1', 'sb1', store=Reads(store_from_env()))
-print('NO GO' if go is None else 'GO', flush=True)
-if go is not None:
-    standby.become(go, ['python', '-m', 'probe_task', '--epochs', '3'])
+key = os.environ.pop(standby.ENV_KEY)
+attempt = standby.wait_for_go(2, os.environ["CLUSTER"], key, store=Reads(store_from_env()))
+print('NO GO' if attempt is None else 'GO', flush=True)
+if attempt is not None:
+    standby.become(attempt, ['python', '-m', 'probe_task', '--epochs', '3'])
 """
 
 
@@ -62,27 +66,58 @@ def test_the_setting_and_which_tasks_can_wait_warm():
     assert standby.command(runtime) == ["python", "-m", standby.MODULE, "--", *runtime]
     assert standby.command(["python", "train.py"]) is None  # a user command may set TensorFlow up itself
     assert [standby.generation_of(h) for h in ("worker-1", standby.hostname("worker-1", 12), "")] == [0, 12, 0]
-    assert standby.go_record({"A": "1", "B": "x", "GONE": "1"}, {"A": "2", "B": "x", "NEW": "n"}) == {
-        "set": {"A": "2", "NEW": "n"}, "unset": ["GONE"]}
 
 
-def _waiter(tmp_path) -> subprocess.Popen:
-    """The standby's wait and task as a process (its output in ``waiter.log``)."""
+def test_a_go_record_is_signed_for_one_cluster_generation_and_attempt():
+    key, other = standby.new_key(), standby.new_key()
+    assert key != other and len(bytes.fromhex(key)) == 32
+    go = standby.go(key, "tf-a", 2, 5)
+    assert set(go) == {"generation", "attempt", "mac"}  # nothing else: no environment, store, code or module
+    assert standby.signed(go, key, "tf-a")
+    assert not standby.signed(go, other, "tf-a")  # another cluster's key
+    assert not standby.signed(go, key, "tf-b")  # another cluster's record replayed
+    assert not standby.signed({**go, "attempt": 6}, key, "tf-a")
+    assert not standby.signed({**go, "generation": 3}, key, "tf-a")
+    assert not standby.signed({"generation": 2, "attempt": 5}, key, "tf-a")
+    assert not standby.signed({**go, "mac": "zz"}, key, "tf-a")
+
+
+KEY = standby.new_key()
+
+
+def _waiter(tmp_path, cluster_id: str = "sb1", store_env: dict | None = None) -> subprocess.Popen:
+    """The standby's wait and task as a process (its output in ``waiter.log``), its cluster's key in its
+    environment as a pod has it from the Secret; ``store_env``: its state store (default: a file store)."""
     (tmp_path / "probe_task.py").write_text(PROBE)
-    env = {**os.environ, ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state"), "GONE": "1",
-           "KEPT": "k", "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    store_env = store_env or {ENV_STATE_STORE: "local", ENV_STATE_DIR: str(tmp_path / "state")}
+    env = {**os.environ, **store_env, "CLUSTER": cluster_id, standby.ENV_KEY: KEY, "KEPT": "k",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     with open(tmp_path / "waiter.log", "w") as out:
         return subprocess.Popen([sys.executable, "-c", WAITER], env=env, cwd=tmp_path, text=True, stdout=out,
                                 stderr=subprocess.STDOUT)
 
 
-def test_a_standby_waits_for_its_own_generation_then_runs_the_task_with_the_go_record(tmp_path):
-    """A go record of an older generation, or of this generation naming other tasks only, is read and waited
-    past (read twice, the process still waiting); the one naming this pod's task is taken."""
-    store = LocalStateStore(tmp_path / "state")
-    state = ClusterState(cluster_id="sb1", cache="c", mode="sync", run_dir=str(tmp_path))
+@pytest.mark.parametrize("kind", ["local", "ignite"])
+def test_a_standby_takes_only_its_generations_go_signed_with_its_clusters_key(kind, tmp_path, request):
+    """A go record of an older generation is waited past; one for this generation written by another holder of
+    the state store's connection (another process, with another key: it cannot know this cluster's) is refused
+    and waited past, though it names the generation and an attempt; the one the supervisor signs is taken, and
+    the task runs as that attempt with the environment the pod was made with, without the key. ``ignite``: the
+    state in the session's real Ignite caches, the forger another client of its own."""
+    import uuid
+
+    from ignite_tf.cluster.state import IgniteStateStore
+
+    cluster_id = f"sb-{uuid.uuid4().hex[:8]}"
+    if kind == "local":
+        store_env, store, forger = None, LocalStateStore(tmp_path / "state"), LocalStateStore(tmp_path / "state")
+    else:
+        conn = request.getfixturevalue("ignite_conn")
+        store_env = {ENV_STATE_STORE: "ignite", **conn.to_env()}
+        store, forger = IgniteStateStore(conn), IgniteStateStore(conn)
+    state = ClusterState(cluster_id=cluster_id, cache="c", mode="sync", run_dir=str(tmp_path))
     store.put(state)
-    proc = _waiter(tmp_path)
+    proc = _waiter(tmp_path, cluster_id, store_env)
 
     def log() -> str:
         return (tmp_path / "waiter.log").read_text()
@@ -94,22 +129,26 @@ def test_a_standby_waits_for_its_own_generation_then_runs_the_task_with_the_go_r
 
     try:
         waited_past("none")
-        state.launcher[standby.GO_KEY] = {"generation": 1, "tasks": {"worker-1": {"set": {}, "unset": []}}}
+        state.launcher[standby.GO_KEY] = standby.go(KEY, cluster_id, 1, 1)
         store.put(state)
-        waited_past("1 ['worker-1']")
-        state.launcher[standby.GO_KEY] = {"generation": 2, "tasks": {"worker-0": {"set": {}, "unset": []}}}
-        store.put(state)
-        waited_past("2 ['worker-0']")
-        state.launcher[standby.GO_KEY]["tasks"]["worker-1"] = standby.go_record(
-            {"IGNITE_TF_ATTEMPT": "1", "GONE": "1", "KEPT": "k"}, {"IGNITE_TF_ATTEMPT": "2", "KEPT": "k"})
+        waited_past("1 1")
+        forged = forger.get(cluster_id)
+        forged.launcher[standby.GO_KEY] = standby.go(standby.new_key(), cluster_id, 2, 7)
+        forger.put(forged)
+        waited_past("2 7")
+        assert "a go record for generation 2 not signed with this cluster's key was refused" in log(), log()
+        state.launcher[standby.GO_KEY] = standby.go(KEY, cluster_id, 2, 3)
         store.put(state)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+        store.delete(cluster_id)
+        store.close()
+        forger.close()
     out = log()
     assert proc.returncode == 3, out
-    assert "READ 2 ['worker-0', 'worker-1'] x1\nGO\nARGV ['--epochs', '3'] ATTEMPT 2 GONE None KEPT k" in out, out
+    assert "READ 2 3 x1\nGO\nARGV ['--epochs', '3'] ATTEMPT 3 KEPT k KEY None" in out, out
 
 
 def test_a_standby_ends_when_the_cluster_ended_without_it(tmp_path):
@@ -160,7 +199,7 @@ def test_a_poll_of_the_state_alone_leaves_the_records_out(kind, tmp_path, ignite
     cluster_id = f"sb-{uuid.uuid4().hex[:8]}"
     try:
         state = ClusterState(cluster_id=cluster_id, cache="c", mode="sync", run_dir=str(tmp_path))
-        state.launcher[standby.GO_KEY] = {"generation": 1, "tasks": {"worker-0": {"set": {}, "unset": []}}}
+        state.launcher[standby.GO_KEY] = standby.go(KEY, cluster_id, 1, 1)
         store.put(state)
         store.add_epoch(cluster_id, {"epoch": 1, "loss": 0.5, "time": time.time()})
         store.add_reads(cluster_id, 0, 1, {"rows": 10})

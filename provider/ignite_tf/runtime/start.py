@@ -96,9 +96,9 @@ def read_ahead_plan(info: TaskInfo, backup_dir: Path, preloaded: bool = False) -
     and the step is traced) or None: a resumed run (BackupAndRestore picks the epoch), the async chief (it
     reads the workers' feeds) and ``IGNITE_TF_READ_AHEAD=off``. ``auto`` reads after the import where the
     task is alone on its host or TensorFlow was imported before the task started (``preloaded``: forked from
-    the fork server), else not at all: measured on 2 cores (docs/performance.md, "Start-up and input"),
-    reading during the import slowed the import as much as it saved, and reading beside another task's
-    import slowed that import and so the strategy's start.
+    the fork server), else not at all: measured on 2 cores (docs/development/performance-log.md, "Start-up
+    and input"), reading during the import slowed the import as much as it saved, and reading beside another
+    task's import slowed that import and so the strategy's start.
     """
     how = read_ahead_mode()
     fresh = not (backup_dir.is_dir() and any(backup_dir.iterdir()))

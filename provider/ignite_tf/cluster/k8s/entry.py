@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ignite_tf import timeline
-from ignite_tf.cluster.k8s import startfiles
+from ignite_tf.cluster.k8s import standby, startfiles
 from ignite_tf.contract import (
     ENV_CODE,
     ENV_JOB_DIR,
@@ -69,6 +69,8 @@ def main(argv: list[str]) -> None:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit("usage: python -m ignite_tf.cluster.k8s.entry CWD -- COMMAND [ARGS...]")
     cwd, command = argv[0], argv[2:]
+    if command[1:3] != ["-m", standby.MODULE]:  # only a standby checks the cluster's key; no task needs it
+        os.environ.pop(standby.ENV_KEY, None)
     # The pod's start, for the runtime's timeline (``ignite_tf.timeline``); a user's command sees none of it.
     started = timeline.process_started()
     if started is not None:

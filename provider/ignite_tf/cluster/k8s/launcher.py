@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from ignite_tf.cluster.environment import pass_through
-from ignite_tf.cluster.k8s import client, objects, pods, supervisor
+from ignite_tf.cluster.k8s import client, objects, pods, standby, supervisor
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.run_folder import RunFolder
@@ -179,10 +179,11 @@ class KubernetesLauncher(SupervisedLauncher):
 
     def secret_env(self, spec: ClusterSpec) -> dict[str, str]:
         """What the cluster's Secret gives the supervisor pod (and every task pod through ``envFrom``): the Ignite
-        connection (the state store's too), the run store's credentials and the user's passed variables; none
-        of this host's paths or settings."""
+        connection (the state store's too), the run store's credentials, the user's passed variables and the
+        cluster's own key (``standby.ENV_KEY``); none of this host's paths or settings."""
         conn = self.conn if self.conn is not None else getattr(self.store, "conn", None)
         env = conn.to_env() if conn is not None else {}
+        env[standby.ENV_KEY] = standby.new_key()
         env.update(store_to_env(self.store))
         if spec.run_store:
             env.update(self.run_store_env())

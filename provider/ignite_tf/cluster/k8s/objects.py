@@ -115,8 +115,8 @@ def node_affinity(node: str | None, placement: Placement) -> dict[str, Any] | No
 # A task pod's CPU request unless the user gives one. Without any, the kubelet gives the pod's cgroup the
 # minimum CPU weight (cpu.shares 2 against 102 for a 100m request): on a busy node the pod then yields the CPU
 # to every other pod and process: TensorFlow's import in the pod took 10.0 s without a request, 4.4 s with
-# 500m, 5.1 s with 250m, beside other load (docs/performance.md#k8s-pod-cpu). Small, so that a cluster and its
-# standby pods still schedule on a small node: the weight is what matters here, not a reservation.
+# 500m, 5.1 s with 250m, beside other load (docs/development/performance-log.md#k8s-pod-cpu). Small, so that a
+# cluster and its standby pods still schedule on a small node: the weight is what matters here, not a reservation.
 CPU_REQUEST = "250m"
 
 

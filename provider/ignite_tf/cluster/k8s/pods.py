@@ -290,13 +290,20 @@ class PodBackend(Backend):
                 raise
         return True
 
+    @cached_property
+    def cluster_key(self) -> str:
+        """The cluster's key (``standby.ENV_KEY``): a pod supervisor's from its Secret, a process supervisor's
+        made here (it makes the Secret: ``secret_env``). Empty: an older cluster's, whose restarts take new pods."""
+        return os.environ.get(standby.ENV_KEY, "") if self.in_pod else standby.new_key()
+
     def secret_env(self) -> dict[str, str]:
         """What the cluster's Secret holds (every pod gets it through ``envFrom``): the Ignite connection, the
-        user's passed variables and, for an object-store run root, the store's credentials."""
+        user's passed variables, the cluster's key and, for an object-store run root, the store's credentials."""
         from ignite_tf.connection import IgniteConnectionConfig
 
         conn = IgniteConnectionConfig.from_env(os.environ)
         env = conn.to_env() if conn else {}
+        env[standby.ENV_KEY] = self.cluster_key
         env.update({n: os.environ[n] for n in self.spec.pass_env if n in os.environ})
         if self.spec.run_store:  # the launcher gave them to us through our environment
             env.update(environment_credentials())

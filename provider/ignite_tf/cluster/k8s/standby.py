@@ -7,10 +7,13 @@ more pod per task: ``python -m ignite_tf.cluster.k8s.standby -- python -m ignite
 (``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork server
 imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and the
 label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster restart the
-supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``: the
-generation, and per task the environment variables that differ from the ones the pod was made with, such as
-the attempt number); each standby pod of that generation reads it from the state store, takes those
-variables and runs the task's module in-process (as a task forked from the fork server does). The old
+supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``): the
+generation, the cluster attempt and their HMAC-SHA256 under the cluster's own key (``ENV_KEY``: made at the
+launch, in the cluster's Secret, which only its pods and its supervisor take). Each standby pod of that
+generation reads it from the state store, checks the signature, sets the attempt (nothing else: its
+environment, run store, code and module are the ones it was made with) and runs the task's module in-process
+(as a task forked from the fork server does). The state store is open to every holder of the Ignite
+connection; a go record they write is refused for want of the key, and the pod keeps waiting. The old
 attempt's pods have ended by then (``PodBackend.stop`` waits for it), so the standby restores the newest
 backup. The next generation is made once the restarted attempt is up and has recorded an epoch (its imports
 would otherwise take the CPU from the restore).
@@ -29,8 +32,11 @@ start as before.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import os
 import runpy
+import secrets
 import sys
 import time
 import traceback
@@ -40,13 +46,14 @@ from ignite_tf import timeline
 from ignite_tf.cluster import forkserver
 from ignite_tf.cluster.k8s import client, objects
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Mode
-from ignite_tf.contract import ENV_CLUSTER_ID, ENV_RUN_STORE, exit_now
+from ignite_tf.contract import ENV_ATTEMPT, ENV_CLUSTER_ID, ENV_RUN_STORE, exit_now
 
 MODULE = "ignite_tf.cluster.k8s.standby"
 GO_KEY = "standby_go"
-"""In ``ClusterState.launcher``: ``{"generation": K, "tasks": {task: {"set": {...}, "unset": [...]}}}``."""
+"""In ``ClusterState.launcher``: ``{"generation": K, "attempt": N, "mac": HEX}`` (``go``)."""
+ENV_KEY = "IGNITE_TF_CLUSTER_KEY"
+"""The cluster's own key (hex), in its Secret: signs the go records. Task processes do not get it."""
 ENV_GENERATION = "IGNITE_TF_STANDBY_GENERATION"
-ENV_TASK = "IGNITE_TF_STANDBY_TASK"
 LABEL = "ignite-tf.io/standby"
 """On a standby pod until the supervisor hands it an attempt (then removed)."""
 POLL_S = 0.1  # a poll is one small read of the state (per pod: 10 a second, while the cluster trains)
@@ -71,10 +78,27 @@ def command(argv: list[str]) -> list[str] | None:
     return [argv[0], "-m", MODULE, "--", *argv] if forkserver.module_of(argv, python=None) else None
 
 
-def go_record(created: dict[str, str], wanted: dict[str, str]) -> dict[str, Any]:
-    """What a standby pod made with environment ``created`` must change to run with ``wanted``."""
-    return {"set": {k: v for k, v in wanted.items() if created.get(k) != v},
-            "unset": sorted(k for k in created if k not in wanted)}
+def new_key() -> str:
+    """A cluster's key (``ENV_KEY``), made once at its launch."""
+    return secrets.token_hex(32)
+
+
+def _mac(key: str, cluster_id: str, generation: int, attempt: int) -> str:
+    message = f"{cluster_id}\0{int(generation)}\0{int(attempt)}".encode()
+    return hmac.new(bytes.fromhex(key), message, hashlib.sha256).hexdigest()
+
+
+def go(key: str, cluster_id: str, generation: int, attempt: int) -> dict[str, Any]:
+    """The go record that hands ``attempt`` to the standby pods of ``generation``."""
+    return {"generation": generation, "attempt": attempt, "mac": _mac(key, cluster_id, generation, attempt)}
+
+
+def signed(record: Any, key: str, cluster_id: str) -> bool:
+    """Whether ``record`` is a go record made with ``key`` for ``cluster_id``."""
+    try:
+        return hmac.compare_digest(str(record["mac"]), _mac(key, cluster_id, record["generation"], record["attempt"]))
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def fits(backend) -> bool:
@@ -93,7 +117,7 @@ class WarmPods:
 
     def __init__(self, backend):
         self.backend = backend
-        self.pods: dict[str, tuple[str, dict[str, str]]] = {}  # task -> (pod name, the environment it was made with)
+        self.pods: dict[str, str] = {}  # task -> its warm pod's name
         self.generation = 0
         self.made = 0.0  # when the generation's pods were made (monotonic)
         self.use: dict[int, bool] = {}  # cluster attempt -> whether it was handed to the warm pods
@@ -119,7 +143,7 @@ class WarmPods:
         if not self.wanted() or b.host is None or b.cleaned:
             return
         if self.pods:
-            names = [n for n, _ in self.pods.values()]
+            names = list(self.pods.values())
             settled = time.monotonic() - self.made > 5 * b.poll_s  # made, but maybe not listed yet
             broken = [n for n in names if (n not in b.pods and settled) or (
                 n in b.pods and (objects.pod_ended(b.pods[n]) or b.pods[n].metadata.deletion_timestamp))]
@@ -137,15 +161,15 @@ class WarmPods:
         made = {}
         for task in spec.tasks:
             env = b.pod_env(spec, task, b.host.state.attempt + 1, ask_store=False)
-            env.update({ENV_GENERATION: str(gen), ENV_TASK: task.name})
+            env[ENV_GENERATION] = str(gen)
             body = b.pod_body(spec, task, b.attempts.get(task.name, 0) + 1, env, command(b.command_for(spec, task)))
             body["metadata"]["name"] = f"{b.spec.cluster_id}-{task.name}-s{gen}"
             body["metadata"]["labels"][LABEL] = str(gen)
             body["spec"]["hostname"] = hostname(task.name, gen)
             b.core.create_namespaced_pod(b.namespace, body)
-            made[task.name] = (body["metadata"]["name"], env)
+            made[task.name] = body["metadata"]["name"]
         self.pods, self.made = made, time.monotonic()
-        b.event(f"standby: warm pods {', '.join(n for n, _ in made.values())} made for the next restart")
+        b.event(f"standby: warm pods {', '.join(made.values())} made for the next restart")
 
     def trained_since_up(self) -> bool:
         """Whether a restarted attempt recorded an epoch since all its pods were up: the next generation's
@@ -167,21 +191,16 @@ class WarmPods:
         attempt: the pods of one attempt address either all standbys or all new pods)."""
         b = self.backend
         if attempt not in self.use:
-            live = [b.pods.get(n) for n, _ in self.pods.values()]
-            self.use = {attempt: bool(self.pods) and b.host is not None
+            live = [b.pods.get(n) for n in self.pods.values()]
+            self.use = {attempt: bool(self.pods) and b.host is not None and bool(b.cluster_key)
                         and set(self.pods) == {t.name for t in b.spec.tasks}
                         and all(p is not None and not objects.pod_ended(p) and not p.metadata.deletion_timestamp
                                 for p in live)}
         if not self.use[attempt] or task.name not in self.pods:
             return False
-        name, created = self.pods.pop(task.name)
-        spec = self.spec(self.generation)
-        go = b.host.state.launcher.get(GO_KEY) or {}
-        if go.get("generation") != self.generation:
-            go = {"generation": self.generation, "tasks": {}}
-        wanted = {**b.pod_env(spec, task, attempt), ENV_GENERATION: str(self.generation), ENV_TASK: task.name}
-        go["tasks"][task.name] = go_record(created, wanted)
-        b.host.state.launcher[GO_KEY] = go  # saved by the loop once the attempt's tasks are started
+        name = self.pods.pop(task.name)
+        # One record for the attempt's every task; saved by the loop once the attempt's tasks are started.
+        b.host.state.launcher[GO_KEY] = go(b.cluster_key, b.spec.cluster_id, self.generation, attempt)
         n = b.next_attempt(task)
         try:
             b.core.patch_namespaced_pod(name, b.namespace, {"metadata": {
@@ -196,7 +215,7 @@ class WarmPods:
 
     def drop(self) -> list[str]:
         """Delete the warm pods (a generation that broke, or made at a memory limit since grown); their names."""
-        names = [n for n, _ in self.pods.values()]
+        names = list(self.pods.values())
         self.pods = {}
         if names:
             self.backend.delete(names, 0)
@@ -242,14 +261,16 @@ def store_client(url: str) -> None:
         RunStore(url).fs  # noqa: B018 - imports the store's fsspec implementation
 
 
-def wait_for_go(generation: int, task: str, cluster_id: str, store=None) -> dict[str, Any] | None:
-    """The go record for this pod, read from the state store; None when the cluster ended first."""
+def wait_for_go(generation: int, cluster_id: str, key: str, store=None) -> int | None:
+    """The attempt handed to this pod's ``generation`` by a go record signed with ``key``, read from the state
+    store; None when the cluster ended first. A record not signed with ``key`` is refused (said once each)."""
     if store is None:
         from ignite_tf.cluster.state import store_from_env
 
         store = store_from_env()
     if store is None:
         sys.exit("standby: no state store in the environment")
+    refused: list[Any] = []
     while True:
         try:
             state = store.get(cluster_id, records=False)  # one read: epochs and reads are of no use here
@@ -257,21 +278,24 @@ def wait_for_go(generation: int, task: str, cluster_id: str, store=None) -> dict
             print(f"standby: state store: {exc}", file=sys.stderr, flush=True)
             state = None
         if state is not None:
-            go = (state.launcher or {}).get(GO_KEY) or {}
-            if go.get("generation") == generation and task in (go.get("tasks") or {}):
-                return go["tasks"][task]
+            record = (state.launcher or {}).get(GO_KEY)
+            if isinstance(record, dict) and record.get("generation") == generation:
+                if signed(record, key, cluster_id):
+                    return int(record["attempt"])
+                if record not in refused:
+                    refused.append(record)
+                    print(f"[ignite-tf] standby: a go record for generation {generation} not signed with this "
+                          "cluster's key was refused; waiting", flush=True)
             if state.status.final:
                 return None
         time.sleep(POLL_S)
 
 
-def become(go: dict[str, Any], argv: list[str]) -> None:
-    """Run ``argv`` (``python -m MODULE ARGS``) in this process with the go record's environment; never returns."""
+def become(attempt: int, argv: list[str]) -> None:
+    """Run ``argv`` (``python -m MODULE ARGS``) in this process as cluster attempt ``attempt``; never returns."""
     code = 1
     try:
-        for k in go.get("unset", []):
-            os.environ.pop(k, None)
-        os.environ.update(go.get("set", {}))
+        os.environ[ENV_ATTEMPT] = str(int(attempt))
         timeline.carry("standby_go")
         sys.argv = [argv[2], *argv[3:]]
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
@@ -289,15 +313,18 @@ def become(go: dict[str, Any], argv: list[str]) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) < 4 or argv[0] != "--" or argv[2] != "-m":
         sys.exit(f"usage: python -m {MODULE} -- python -m MODULE [ARGS...]")
+    key = os.environ.pop(ENV_KEY, "")  # the task that runs here needs it no more than any other task
+    if not key:
+        sys.exit(f"standby: no {ENV_KEY} in the environment (the cluster's Secret gives it): nothing can be trusted")
     timeline.carry("standby_started")
     preload()
     warm(argv[1:])
     print(f"[ignite-tf] {WAITING}", flush=True)
-    go = wait_for_go(int(os.environ[ENV_GENERATION]), os.environ[ENV_TASK], os.environ[ENV_CLUSTER_ID])
-    if go is None:
+    attempt = wait_for_go(int(os.environ[ENV_GENERATION]), os.environ[ENV_CLUSTER_ID], key)
+    if attempt is None:
         print("[ignite-tf] standby: the cluster ended; not needed", flush=True)
         exit_now(0)
-    become(go, argv[1:])
+    become(attempt, argv[1:])
 
 
 if __name__ == "__main__":
