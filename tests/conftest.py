@@ -3,8 +3,10 @@ one (authentication, persistence, TLS) for the modules that ask for it, and clus
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER or "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"ignite-tf-airflow-{_WORKER or 'main'}-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # made here, removed here
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(os.environ["AIRFLOW_HOME"], "dags")
 os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")

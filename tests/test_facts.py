@@ -60,7 +60,7 @@ def test_every_path_under_the_home_folder_follows_ignite_tf_home(tmp_path):
     code = """
 import json
 from ignite_tf.cluster.bytecode import pycache_dir
-from ignite_tf.cluster.run_folder import default_run_root
+from ignite_tf.runstore.layout import default_run_root
 from ignite_tf.cluster.state import default_state_dir
 from ignite_tf.defaults import default_registry_root
 from ignite_tf_dev.ignite.__main__ import default_state_dir as local_ignite_dir
@@ -87,13 +87,6 @@ def test_the_home_folder_defaults_to_the_user_cache():
 def test_the_home_folder_is_derived_in_one_place():
     assert copies(r"[\"']\.cache[\"']|~/\.cache", {"home.py"}) == []
     assert copies(r"IGNITE_TF_HOME", {"home.py"}) == []
-
-
-def test_the_old_registry_root_constant_still_works_with_a_warning():
-    import ignite_tf.defaults as defaults
-
-    with pytest.warns(DeprecationWarning, match="default_registry_root"):
-        assert defaults.DEFAULT_REGISTRY_ROOT == "~/.cache/ignite-tf/registry"
 
 
 # -- the default connection id and the shuffle buffer --------------------------------------------------------

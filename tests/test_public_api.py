@@ -18,7 +18,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ignite_tf.public_api import COMMANDS, DEPRECATED, MODEL_ENTRY_POINTS, PYTHON, YAML_KEYS
+from ignite_tf.cluster.supervision import Supervision
+from ignite_tf.defaults import DEFAULT_HOME
+from ignite_tf.errors import IgniteTFDeprecationWarning
+from ignite_tf.public_api import (
+    COMMANDS,
+    DEPRECATED,
+    MODEL_ENTRY_POINTS,
+    PYTHON,
+    REMOVED_IN,
+    YAML_KEYS,
+    deprecation,
+)
 from tests.support.sql import create_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,8 +154,10 @@ def test_schema_holds_every_pinned_yaml_key():
     assert not missing, f"pipeline.schema.json lost the YAML keys {missing}: keep them, deprecated, for a release"
 
 
-def test_every_deprecated_name_has_a_live_new_name():
+def test_every_deprecated_name_has_a_live_new_name_and_one_removal_release():
+    assert len({d.old for d in DEPRECATED}) == len(DEPRECATED)
     for entry in DEPRECATED:
+        assert deprecation(entry.old).endswith(f"; {entry.old} is removed in {REMOVED_IN}"), entry
         if entry.kind in ("module", "name"):
             resolve(entry.new)
         elif entry.kind == "yaml":
@@ -161,16 +174,34 @@ def names_the_new(message: str, new: str) -> bool:
     return any(spelling in message for spelling in (new, f"from {module} import {name}", f"{name} from {module}"))
 
 
-@pytest.mark.parametrize("entry", [d for d in DEPRECATED if d.kind in ("module", "name")], ids=lambda d: d.old)
+VALUES = {  # what each deprecated value still is
+    "ignite_tf.cluster.policy.DEFAULT_RESTART_POLICY": lambda: Supervision().restart_policy,
+    "ignite_tf.cluster.policy.DEFAULT_PROGRESS_TIMEOUT_S": lambda: Supervision().progress_timeout_s,
+    "ignite_tf.defaults.DEFAULT_REGISTRY_ROOT": lambda: f"{DEFAULT_HOME}/registry",
+}
+
+
+@pytest.mark.parametrize("entry", [d for d in DEPRECATED if d.kind in ("module", "name", "value")],
+                         ids=lambda d: d.old)
 def test_deprecated_python_name_works_and_warns(entry):
     module = entry.old if entry.kind == "module" else entry.old.rpartition(".")[0]
     if isinstance(sys.modules.get(module), types.ModuleType) and getattr(sys.modules[module], "__file__", None):
         del sys.modules[module]  # a deprecated module warns when it is imported: import it afresh
-    with pytest.warns(DeprecationWarning) as warned:
+    with pytest.warns(IgniteTFDeprecationWarning) as warned:
         old = importlib.import_module(entry.old) if entry.kind == "module" else from_import(entry.old)
-    assert any(names_the_new(str(w.message), entry.new) for w in warned), [str(w.message) for w in warned]
+    # A name of a deprecated module warns as the module does, when the import is what warns.
+    expected = {deprecation(entry.old)} | ({deprecation(module)} if module in {d.old for d in DEPRECATED} else set())
+    assert expected & {str(w.message) for w in warned}, [str(w.message) for w in warned]
     if entry.kind == "name":
         assert old is resolve(entry.new)
+    if entry.kind == "value":
+        assert old == VALUES[entry.old]()
+
+
+def data_module():
+    import ignite_tf.data
+
+    return ignite_tf.data
 
 
 def _dataset_with_label():
@@ -199,8 +230,40 @@ def _inference_with_model_name():
     assert op.model == "m"
 
 
+def _data_with_label(call):
+    """``call`` (an ignite_tf.data function with ``label=``) fails for want of a plan or connection once it has
+    warned: none is given, in the arguments or the environment."""
+    from ignite_tf.contract import ENV_CACHE, ENV_SHARD_PLAN
+    from ignite_tf.errors import ConfigError
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in (ENV_SHARD_PLAN, ENV_CACHE, "IGNITE_TF_ADDRESSES"):
+            patch.delenv(name, raising=False)
+        with pytest.raises(ConfigError, match="^no (shard plan|Ignite connection): "):
+            call()
+
+
+def _cluster_id_with_try_number():
+    from types import SimpleNamespace
+
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+
+    op = TFClusterOperator(task_id="train", cache="c", command=["python", "train.py"])
+    context = {"ti": SimpleNamespace(try_number=2, map_index=-1), "dag": SimpleNamespace(dag_id="d"), "run_id": "r"}
+    assert op.cluster_id_for(context, try_number=2) == op.cluster_id_for(context)
+
+
 CALL_WITH_OLD_ARGUMENT = {
     "ignite_tf.data.dataset(label=)": _dataset_with_label,
+    "ignite_tf.data.epochs_dataset(label=)": lambda: _data_with_label(
+        lambda: data_module().epochs_dataset(8, range(1), label="y")),
+    "ignite_tf.data.read_ahead(label=)": lambda: _data_with_label(lambda: data_module().read_ahead(8, label="y")),
+    "ignite_tf.data.epochs(label=)": lambda: _data_with_label(lambda: list(data_module().epochs(1, label="y"))),
+    "ignite_tf.data.evaluation_dataset(label=)": lambda: _data_with_label(
+        lambda: data_module().evaluation_dataset(8, label="y")),
+    "ignite_tf.data.cache_columns(label=)": lambda: _data_with_label(
+        lambda: data_module().cache_columns(None, None, features=None, label="y")),
+    "ignite_tf.operators.tensorflow.TFClusterOperator.cluster_id_for(try_number=)": _cluster_id_with_try_number,
     "ignite_tf.operators.publish.PublishModelOperator(model_name=)": _publish_with_model_name,
     "ignite_tf.operators.inference.BatchInferenceOperator(model_name=)": _inference_with_model_name,
 }
@@ -213,10 +276,9 @@ def test_deprecated_argument_works_and_warns(entry):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         CALL_WITH_OLD_ARGUMENT[entry.old]()
-    with pytest.warns(DeprecationWarning) as warned:
+    with pytest.warns(IgniteTFDeprecationWarning) as warned:
         CALL_WITH_OLD_ARGUMENT[entry.old]()
-    new = entry.new.rstrip("=")
-    assert any(new in str(w.message) for w in warned), [str(w.message) for w in warned]
+    assert deprecation(entry.old) in [str(w.message) for w in warned], [str(w.message) for w in warned]
 
 
 def spec_with(folder: Path, section: str, keys: dict) -> Path:
@@ -250,7 +312,7 @@ def test_deprecated_yaml_key_works_and_warns(tmp_path, entry):
     path = spec_with(tmp_path, section, OLD_YAML[entry.old])
     with pytest.warns(SpecDeprecationWarning) as warned:
         config = parse_spec(path)
-    assert f"{path}: {entry.old} is deprecated: use {entry.new}" in [str(w.message) for w in warned]
+    assert f"{path}: {deprecation(entry.old)}" in [str(w.message) for w in warned]
     field = entry.new.split(".")[1]
     assert getattr(getattr(config, section), field)
 

@@ -17,6 +17,7 @@ import yaml
 from ignite_tf import defaults
 from ignite_tf.cluster.supervision import Supervision
 from ignite_tf.home import ENV_HOME
+from ignite_tf.public_api import deprecation
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "dags" / "expectations" / "tabular.yaml"
@@ -249,7 +250,7 @@ def inference_operator(**kwargs):
 
 @pytest.mark.parametrize("make", [publish_operator, inference_operator], ids=lambda f: f.__name__)
 def test_old_operator_argument_still_works_and_warns(make):
-    with pytest.warns(DeprecationWarning, match=r"model_name= is deprecated, use model="):
+    with pytest.warns(DeprecationWarning, match=r"\(model_name=\) is deprecated: use model=; .* is removed in "):
         op = make(model_name="m")
     assert op.model == "m" and "model" in op.template_fields and not hasattr(op, "model_name")
     with warnings.catch_warnings():
@@ -301,7 +302,7 @@ def test_old_yaml_key_is_read_with_a_warning_naming_the_new_one(tmp_path, old, r
         config = parse_spec(path)
     assert read_as(config)
     messages = sorted(str(w.message) for w in warned if w.category is SpecDeprecationWarning)
-    expected = sorted(f"{path}: {section}.{key} is deprecated: use {section}.{RENAMED_KEYS[section][key]}"
+    expected = sorted(f"{path}: {deprecation(f'{section}.{key}')}"
                       for section, keys in old.items() for key in keys if key in RENAMED_KEYS[section])
     assert messages == expected
 

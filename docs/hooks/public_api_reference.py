@@ -14,7 +14,7 @@ DEPRECATED_MARKER = "<!-- public-api: deprecated names, generated from ignite_tf
 PYTHON_MARKER = "<!-- public-api: Python names, generated from ignite_tf.public_api.PYTHON -->"
 PAGE = "reference/public-api.md"
 # How each kind of deprecated name is used, as the Deprecated docstring lists them.
-KINDS = {"module": "module", "name": "Python name", "argument": "argument", "yaml": "YAML key",
+KINDS = {"module": "module", "name": "Python name", "value": "Python value", "argument": "argument", "yaml": "YAML key",
          "generator": "`source.generator`", "command": "command"}
 
 
@@ -34,18 +34,19 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     for marker in (DEPRECATED_MARKER, PYTHON_MARKER):
         if marker not in markdown:
             raise PluginError(f"{PAGE} lost its marker {marker!r}: a generated table has nowhere to go")
-    markdown = markdown.replace(DEPRECATED_MARKER, deprecated_table(public_api.DEPRECATED))
+    markdown = markdown.replace(DEPRECATED_MARKER, deprecated_table(public_api.DEPRECATED, public_api.REMOVED_IN))
     return markdown.replace(PYTHON_MARKER, python_table(public_api.PYTHON))
 
 
-def deprecated_table(entries) -> str:
-    lines = ["| earlier name | use instead | kind |", "|---|---|---|"]
+def deprecated_table(entries, removed_in: str) -> str:
+    lines = [f"Every name below is removed in {removed_in}.", "",
+             "| earlier name | use instead | kind | why |", "|---|---|---|---|"]
     for d in entries:
         new = d.new
-        if d.kind == "argument":
+        if d.kind == "argument" and d.new.endswith("="):
             # "f(old=)" -> "new=": show the new one on its callable too.
             new = f"{d.old.split('(', 1)[0]}({d.new})"
-        lines.append(f"| `{d.old}` | `{new}` | {KINDS.get(d.kind, d.kind)} |")
+        lines.append(f"| `{d.old}` | `{new}` | {KINDS.get(d.kind, d.kind)} | {d.why} |")
     return "\n".join(lines) + "\n"
 
 

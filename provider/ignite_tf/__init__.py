@@ -6,7 +6,7 @@ here imports TensorFlow, Great Expectations or pyignite. Stage modules import wh
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "get_provider_info"]
 

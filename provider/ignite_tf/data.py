@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +53,7 @@ from ignite_tf.contract import ENV_CACHE, ENV_SHARD_PLAN
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.shards import Reshuffle, ShardPlan, WorkerShard
+from ignite_tf.public_api import warn_deprecated
 from ignite_tf.reader.ahead import HeadStart
 from ignite_tf.reader.blocks import (
     BLOCK_ROWS,
@@ -70,7 +70,7 @@ BLOCKS_AHEAD = 1
 
 
 def _label_renamed(function):
-    """``label=`` keeps working for one release as the deprecated name of ``label_column=``."""
+    """``label=`` keeps working until ``public_api.REMOVED_IN`` as the deprecated name of ``label_column=``."""
 
     @functools.wraps(function)
     def call(*args, **kwargs):
@@ -78,8 +78,7 @@ def _label_renamed(function):
             if "label_column" in kwargs:
                 raise TypeError(f"ignite_tf.data.{function.__name__}: give label_column= only (label= is its "
                                 f"deprecated name)")
-            warnings.warn(f"ignite_tf.data.{function.__name__}: argument label= is deprecated, use label_column= "
-                          f"(the old name is removed in the next release)", DeprecationWarning, stacklevel=2)
+            warn_deprecated(f"{__name__}.{function.__name__}(label=)")
             kwargs["label_column"] = kwargs.pop("label")
         return function(*args, **kwargs)
 

@@ -10,7 +10,6 @@ restart policy, the progress watchdog and the grace period keep theirs in ``Supe
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 
 from ignite_tf.home import DEFAULT_HOME, HomeFolder
@@ -42,8 +41,8 @@ def default_registry_root(environ: Mapping[str, str] | None = None) -> str:
 
 def __getattr__(name: str):
     if name == "DEFAULT_REGISTRY_ROOT":
-        warnings.warn("ignite_tf.defaults.DEFAULT_REGISTRY_ROOT is deprecated: use "
-                      "ignite_tf.defaults.default_registry_root(), which honours IGNITE_TF_HOME",
-                      DeprecationWarning, stacklevel=2)
+        from ignite_tf.public_api import warn_deprecated
+
+        warn_deprecated(f"{__name__}.{name}")
         return f"{DEFAULT_HOME}/registry"
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

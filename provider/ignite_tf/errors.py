@@ -83,6 +83,12 @@ class SpecError(ConfigError):
         return SpecError(file if file is not None else self.file, problems)
 
 
+class IgniteTFDeprecationWarning(DeprecationWarning):
+    """A name of ignite-tf that is deprecated: its message names the new one and the release that removes it
+    (``ignite_tf.public_api.DEPRECATED``). Its own class, so that the project's tests can turn the project's
+    own deprecations into errors while other packages' stay warnings."""
+
+
 class SpecDeprecationWarning(FutureWarning):
     """A pipeline spec uses a key renamed since an earlier release: it is read under its new name for one more
     release, and the message names the file, the old key and the new one.

@@ -1,9 +1,10 @@
 """The public API of ignite-tf in one place: every name a user's training script, Airflow DAG, pipeline spec or
 shell relies on.
 
-The modules behind these names may move; the names stay. A renamed one keeps working for at least one release,
-warning with its new name (a DeprecationWarning; a ``SpecDeprecationWarning`` for a YAML key, as a spec's
-author is no Python developer), and is listed in ``DEPRECATED`` until it is removed. ``tests/test_public_api.py``
+The modules behind these names may move; the names stay. A renamed one keeps working until ``REMOVED_IN``,
+warning with its new name and that release (an ``IgniteTFDeprecationWarning``, a DeprecationWarning; a
+``SpecDeprecationWarning`` for a YAML key, as a spec's author is no Python developer), and is listed in
+``DEPRECATED`` until it is removed: every warning's text comes from there (``deprecation``). ``tests/test_public_api.py``
 pins every entry: each Python name imports and is of its kind, each command and flag exists, the spec schema
 holds each YAML key, each deprecated name still works and warns.
 
@@ -152,15 +153,30 @@ YAML_KEYS: tuple[str, ...] = (
 )
 
 
+REMOVED_IN = "0.3.0"
+"""The release that removes every name in ``DEPRECATED`` (deprecated in 0.2.0 or before; CHANGELOG.md)."""
+
+
 class Deprecated(NamedTuple):
-    """A name of an earlier release that still works, warning with its new name, until the release after next."""
+    """A name of an earlier release that still works, warning with its new name, until ``REMOVED_IN``."""
 
     old: str
     new: str
     kind: str
-    """``module``, ``name`` (a dotted name), ``argument`` (``callable(old=)`` -> ``new=``), ``yaml`` (a spec
-    key), ``generator`` (a spec's ``source.generator`` string) or ``command``."""
+    """``module``, ``name`` (a dotted name, the same object as ``new``), ``value`` (a dotted name whose value
+    ``new`` gives), ``argument`` (``callable(old=)`` -> ``new=``), ``yaml`` (a spec key), ``generator`` (a
+    spec's ``source.generator`` string) or ``command``."""
+    why: str = ""
 
+
+_POLICY_MOVED = (  # ignite_tf.cluster.policy: the restart policy moved into ignite_tf.cluster.supervision
+    ("RestartPolicy", "ignite_tf.cluster.supervision.RestartPolicy", "name"),
+    ("Failure", "ignite_tf.cluster.supervision.policy.Failure", "name"),
+    ("first_cause", "ignite_tf.cluster.supervision.policy.first_cause", "name"),
+    ("RETRYABLE_STATUS", "ignite_tf.cluster.supervision.policy.RETRYABLE_STATUS", "name"),
+    ("DEFAULT_RESTART_POLICY", "ignite_tf.cluster.supervision.Supervision().restart_policy", "value"),
+    ("DEFAULT_PROGRESS_TIMEOUT_S", "ignite_tf.cluster.supervision.Supervision().progress_timeout_s", "value"),
+)
 
 DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated("ignite_tf.dags", "ignite_tf.pipeline", "module"),
@@ -169,7 +185,8 @@ DEPRECATED: tuple[Deprecated, ...] = (
     # The module ignite_tf.etl.load hid the function of that name; it is ignite_tf.etl.loader now.
     Deprecated("ignite_tf.etl.load.load", "ignite_tf.etl.load", "name"),
     Deprecated("ignite_tf.etl.load.LoadReport", "ignite_tf.etl.loader.LoadReport", "name"),
-    Deprecated("ignite_tf.data.dataset(label=)", "label_column=", "argument"),
+    *(Deprecated(f"ignite_tf.data.{f}(label=)", "label_column=", "argument")
+      for f in ("dataset", "epochs_dataset", "read_ahead", "epochs", "evaluation_dataset", "cache_columns")),
     Deprecated("ignite_tf.operators.publish.PublishModelOperator(model_name=)", "model=", "argument"),
     Deprecated("ignite_tf.operators.inference.BatchInferenceOperator(model_name=)", "model=", "argument"),
     Deprecated("training.label", "training.label_column", "yaml"),
@@ -178,7 +195,31 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated("publish.registry", "publish.registry_root", "yaml"),
     # The demo's synthetic table is development tooling now, not part of the provider's wheel.
     Deprecated("ignite_tf.demo_data:tabular", "ignite_tf_dev.demo_data:tabular", "generator"),
+    Deprecated("ignite_tf.plan.tasks", "ignite_tf.reader.tasks", "module"),
+    Deprecated("ignite_tf.cluster.run_folder", "ignite_tf.runstore.layout", "module"),
+    *(Deprecated(f"ignite_tf.cluster.policy.{old}", new, kind) for old, new, kind in _POLICY_MOVED),
+    Deprecated("ignite_tf.defaults.DEFAULT_REGISTRY_ROOT", "ignite_tf.defaults.default_registry_root()", "value",
+               "it honours IGNITE_TF_HOME"),
+    Deprecated("ignite_tf.operators.tensorflow.TFClusterOperator.cluster_id_for(try_number=)", "no try_number=",
+               "argument", "it is ignored: every try of a task instance has the same cluster id"),
 )
+
+
+def deprecation(old: str) -> str:
+    """The warning for the deprecated ``old`` (an entry of ``DEPRECATED``): its new name, why, when it goes."""
+    entry = next(d for d in DEPRECATED if d.old == old)
+    why = f" ({entry.why})" if entry.why else ""
+    return f"{entry.old} is deprecated: use {entry.new}{why}; {entry.old} is removed in {REMOVED_IN}"
+
+
+def warn_deprecated(old: str, stacklevel: int = 3) -> None:
+    """Warn (``IgniteTFDeprecationWarning``) that ``old`` is used; ``stacklevel`` 3: the caller's caller, the
+    user's code that used it."""
+    import warnings
+
+    from ignite_tf.errors import IgniteTFDeprecationWarning
+
+    warnings.warn(deprecation(old), IgniteTFDeprecationWarning, stacklevel=stacklevel)
 
 
 def renamed(kind: str) -> dict[str, str]:

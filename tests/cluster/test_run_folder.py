@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ignite_tf.cluster.run_folder import RunFolder, default_run_root
 from ignite_tf.cluster.spec import build_spec
+from ignite_tf.runstore.layout import RunFolder, default_run_root
 
 
 def test_spec_paths_come_from_the_run_folder(tmp_path):

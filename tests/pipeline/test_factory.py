@@ -337,7 +337,7 @@ def test_generator_file_relative_to_spec_and_called_lazily():
     assert len(frame) == 50 and {"id", "p0", "p63", "label"} <= set(frame.columns)
 
 
-def test_the_old_demo_generator_name_works_for_one_release_with_a_warning(tmp_path):
+def test_the_old_demo_generator_name_works_until_its_removal_with_a_warning(tmp_path):
     """The demo table moved out of the provider (ignite_tf.demo_data -> ignite_tf_dev.demo_data)."""
     from ignite_tf.pipeline.factory import render
 
@@ -347,8 +347,8 @@ def test_the_old_demo_generator_name_works_for_one_release_with_a_warning(tmp_pa
     path.write_text(yaml.safe_dump(spec))
     from ignite_tf.pipeline import SpecDeprecationWarning
 
-    with pytest.warns(SpecDeprecationWarning, match=r"source.generator 'ignite_tf.demo_data:tabular' .* use "
-                                                r"'ignite_tf_dev.demo_data:tabular'"):
+    with pytest.warns(SpecDeprecationWarning, match=r"source.generator ignite_tf.demo_data:tabular is deprecated: "
+                                                r"use ignite_tf_dev.demo_data:tabular; .* is removed in 0.3.0"):
         config = parse_spec(path)
     assert config.source.generator == "ignite_tf_dev.demo_data:tabular"
     frame = render(config)[0].tasks[0].kwargs["source_callable"]()

@@ -115,17 +115,3 @@ def test_slices_are_read_tasks_and_workers_go_next_to_nodes_in_turn():
     task = shard.slices[0]
     assert ReadTask.from_dict(task.to_dict()) == task == ReadTask(task.partition)
     assert ReadTask.from_dict(task.to_dict()).rows == 100 and "rows" not in ReadTask(3).to_dict()
-
-
-def test_plan_tasks_is_a_deprecated_alias_of_reader_tasks():
-    """Read tasks moved to ``ignite_tf.reader.tasks`` (the planner reads through the reader, not the reverse);
-    the old module still gives the same names, with a warning naming the new one."""
-    import importlib
-    import sys
-
-    from ignite_tf.reader.tasks import key_hash
-
-    sys.modules.pop("ignite_tf.plan.tasks", None)
-    with pytest.warns(DeprecationWarning, match="ignite_tf.reader.tasks"):
-        old = importlib.import_module("ignite_tf.plan.tasks")
-    assert (old.ReadTask, old.key_hash, old.HASH_SPACE) == (ReadTask, key_hash, HASH_SPACE)

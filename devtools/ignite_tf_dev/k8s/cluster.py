@@ -366,6 +366,12 @@ def down(layout: Layout | None = None) -> list[str]:
     host.kill_shims(layout.containerd_sock)
     if addons.stop_object_store(layout):
         stopped.append("object store")
+    # What a killed run left without a pid file (a session SIGKILLed mid-`up`): any process naming this folder.
+    stray = [pid for pid, cmd in host.leftover_processes(layout.home) if str(layout.home) in cmd]
+    for pid in stray:
+        kill_and_wait(pid, wait=10)
+    if stray:
+        stopped.append(f"{len(stray)} stray process(es)")
     # The bridge only if this folder's real node made it: a `down` of another folder (a test's) must not cut
     # off a running cluster's pods.
     host.restore_host(layout.host_state, layout.home, BRIDGE if (layout.run / "cni-conf").exists() else None)

@@ -1,27 +1,20 @@
 """Deprecated: the restart policy moved into ``ignite_tf.cluster.supervision`` (``RestartPolicy`` and the
 defaults in ``settings.py``, ``Failure`` and ``first_cause`` in ``policy.py``). The old names keep working
-for one release, with a DeprecationWarning naming the new place."""
+until ``public_api.REMOVED_IN``, with a DeprecationWarning naming the new place (``public_api.DEPRECATED``)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-_MOVED = {
-    "RestartPolicy": "ignite_tf.cluster.supervision.RestartPolicy",
-    "DEFAULT_RESTART_POLICY": "ignite_tf.cluster.supervision.Supervision().restart_policy",
-    "DEFAULT_PROGRESS_TIMEOUT_S": "ignite_tf.cluster.supervision.Supervision().progress_timeout_s",
-    "Failure": "ignite_tf.cluster.supervision.policy.Failure",
-    "first_cause": "ignite_tf.cluster.supervision.policy.first_cause",
-    "RETRYABLE_STATUS": "ignite_tf.cluster.supervision.policy.RETRYABLE_STATUS",
-}
+OLD = "ignite_tf.cluster.policy"
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
+    from ignite_tf.public_api import DEPRECATED, warn_deprecated
+
+    if f"{OLD}.{name}" not in {d.old for d in DEPRECATED}:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"ignite_tf.cluster.policy.{name} is deprecated, use {_MOVED[name]}", DeprecationWarning,
-                  stacklevel=2)
+    warn_deprecated(f"{OLD}.{name}")
     from ignite_tf.cluster.supervision import policy, settings
 
     defaults = settings.Supervision()

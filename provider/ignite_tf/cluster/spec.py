@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.environment import parse_env
-from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.cluster.supervision.settings import Supervision
 from ignite_tf.contract import (  # noqa: F401 - ENV_CACHE, ENV_SHARD_PLAN, read_tf_config: their old home
     ENV_ATTEMPT,
@@ -41,6 +40,7 @@ from ignite_tf.contract import (  # noqa: F401 - ENV_CACHE, ENV_SHARD_PLAN, read
 )
 from ignite_tf.errors import ConfigError
 from ignite_tf.ports import free_port
+from ignite_tf.runstore.layout import RunFolder
 
 
 class Role(StrEnum):

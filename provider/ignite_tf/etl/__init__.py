@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-import warnings
 
 from ignite_tf.exports import lazy_exports
 
@@ -42,9 +41,12 @@ class _OldLoadModule(types.ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        new = "from ignite_tf.etl import load" if name == "load" else f"from ignite_tf.etl.loader import {name}"
-        warnings.warn(f"the module ignite_tf.etl.load is deprecated (ignite_tf.etl.load is the function again): "
-                      f"use {new}", DeprecationWarning, stacklevel=2)
+        from ignite_tf.public_api import DEPRECATED, warn_deprecated
+
+        old = f"{self.__name__}.{name}"
+        if old not in {d.old for d in DEPRECATED}:
+            raise AttributeError(f"module {self.__name__!r} (deprecated) has no attribute {name!r}")
+        warn_deprecated(old)
         return getattr(importlib.import_module(f"{__package__}.loader"), name)
 
 

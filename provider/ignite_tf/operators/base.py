@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from ignite_tf.connection import DEFAULT_CONN_ID
+from ignite_tf.public_api import warn_deprecated
 
 
 class IgniteTFOperator(BaseOperator):
@@ -31,7 +31,8 @@ class IgniteTFOperator(BaseOperator):
 
 
 def renamed_arguments(**old_to_new: str):
-    """Class decorator: an operator's old argument names keep working for one release, with a DeprecationWarning.
+    """Class decorator: an operator's old argument names keep working until ``public_api.REMOVED_IN``, with a
+    DeprecationWarning (each in ``public_api.DEPRECATED``).
 
     ``@renamed_arguments(model_name="model")`` maps ``model_name=`` to ``model=``. Applied after Airflow's
     metaclass wraps ``__init__``, so the operator's own signature (and its required arguments) is the new one;
@@ -48,8 +49,7 @@ def renamed_arguments(**old_to_new: str):
                     continue
                 if new in kwargs:
                     raise TypeError(f"{cls.__name__}: give {new}= only ({old}= is its deprecated name)")
-                warnings.warn(f"{cls.__name__}: argument {old}= is deprecated, use {new}= (the old name is "
-                              f"removed in the next release)", DeprecationWarning, stacklevel=2)
+                warn_deprecated(f"{cls.__module__}.{cls.__name__}({old}=)")
                 kwargs[new] = kwargs.pop(old)
             init(self, *args, **kwargs)
 
@@ -90,7 +90,7 @@ def run_dir_for(context, root: str | None = None) -> str:
     import re
     from pathlib import Path
 
-    from ignite_tf.cluster.run_folder import default_run_root
+    from ignite_tf.runstore.layout import default_run_root
 
     dag_id = context["dag"].dag_id
     run_id = re.sub(r"[^A-Za-z0-9_.-]+", "_", context["run_id"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -13,6 +12,7 @@ from ignite_tf.contract import Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL_COLUMN, DEFAULT_POLL_INTERVAL
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink, first_try_of, task_instance_cluster_id
+from ignite_tf.public_api import warn_deprecated
 
 
 class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
@@ -122,8 +122,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
         """This task instance's cluster id (``links.task_instance_cluster_id``). ``try_number`` is ignored:
         every try of a generation shares the id."""
         if try_number is not None:
-            warnings.warn("TFClusterOperator.cluster_id_for(try_number=) is deprecated and ignored: the cluster "
-                          "id is the same for every try of a task instance", DeprecationWarning, stacklevel=2)
+            warn_deprecated(f"{__name__}.TFClusterOperator.cluster_id_for(try_number=)")
         ti = context["ti"]
         return task_instance_cluster_id(context["dag"].dag_id, context["run_id"], self.task_id,
                                         getattr(ti, "map_index", -1), first_try_of(ti, self.retries))

@@ -32,10 +32,11 @@ from ignite_tf.lineage import table_uri
 from ignite_tf.pipeline.schema import field_path, schema_problems, upgrade_renamed_keys
 from ignite_tf.pipeline.task_policy import TaskPolicy, task_policies
 from ignite_tf.plan.settings import ShardPlanConfig
-from ignite_tf.public_api import renamed
+from ignite_tf.public_api import deprecation, renamed
 
 RENAMED_GENERATORS = renamed("generator")
-"""Old ``source.generator`` names -> new ones (accepted for one release, with a SpecDeprecationWarning)."""
+"""Old ``source.generator`` names -> new ones (accepted until ``public_api.REMOVED_IN``, with a
+SpecDeprecationWarning)."""
 # A command's first item that runs with the Python that parses the DAG (the worker that runs the task
 # parses it again), not whatever ``python`` the task's PATH holds.
 PYTHON_NAMES = ("python", "python3")
@@ -270,8 +271,8 @@ def parse_spec(path: str | Path) -> PipelineConfig:
         raise SpecError(path, [("(file)", f"must be a mapping of keys (got {type(raw).__name__})")])
     try:
         doc, renamed = upgrade_renamed_keys(_expand(raw, ""))
-        for old, new in renamed:
-            warnings.warn(f"{path}: {old} is deprecated: use {new}", SpecDeprecationWarning, stacklevel=2)
+        for old, _new in renamed:
+            warnings.warn(f"{path}: {deprecation(old)}", SpecDeprecationWarning, stacklevel=2)
         problems = schema_problems(doc)
         if problems:
             raise SpecError(path, problems)
@@ -320,8 +321,7 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
             value = {"path": value}
         generator = value.get("generator")
         if generator in RENAMED_GENERATORS:
-            warnings.warn(f"{path}: source.generator {generator!r} is deprecated (the demo table moved to the "
-                          f"development tooling): use {RENAMED_GENERATORS[generator]!r}", SpecDeprecationWarning,
+            warnings.warn(f"{path}: source.generator {deprecation(generator)}", SpecDeprecationWarning,
                           stacklevel=2)
             generator = RENAMED_GENERATORS[generator]
         if generator:

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
+from ignite_tf.runstore.layout import RunFolder
 from ignite_tf.runtime import ending
 from ignite_tf.runtime.task import TaskInfo
 

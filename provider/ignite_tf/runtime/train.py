@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf import contract, timeline
-from ignite_tf.cluster.run_folder import RunFolder
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
+from ignite_tf.runstore.layout import RunFolder
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping
 from ignite_tf.runtime import evaluation as held_out
