@@ -40,6 +40,19 @@ def test_the_removed_warm_pool_is_refused_saying_why_but_an_old_clusters_zero_is
     assert "warm_pool" not in KubernetesSettings.parse({}).to_dict()
 
 
+def test_the_yaml_schema_holds_every_kubernetes_setting_and_nothing_else():
+    """``training.kubernetes`` of the pipeline schema against the settings' dataclass: a setting documented
+    but missing from the schema could not be set from a spec (``warm_pool`` was), and a key in the schema that
+    the dataclass lacks would be refused when the DAG runs."""
+    from dataclasses import fields
+    from importlib import resources
+
+    schema = json.loads((resources.files("ignite_tf") / "resources" / "pipeline.schema.json").read_text())
+    kubernetes = schema["properties"]["training"]["properties"]["kubernetes"]
+    assert kubernetes["additionalProperties"] is False
+    assert set(kubernetes["properties"]) == {f.name for f in fields(KubernetesSettings)}
+
+
 def test_tf_config_uses_the_headless_service_dns_names_and_pods_are_owned():
     spec = objects.with_pod_addresses(_spec(), "ns1", KubernetesSettings())
     assert spec.cluster_dict()["worker"] == ["worker-0.tf-x1.ns1.svc:2222", "worker-1.tf-x1.ns1.svc:2222"]
