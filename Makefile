@@ -48,12 +48,8 @@ check: setup
 	.venv/bin/ruff check provider devtools tests bench dags plugins
 	$(PY) -m pytest -q --tier check --durations=15 --junitxml=$(call REPORT,check) $(PYTEST_ARGS)
 
-# Everything, on TEST_WORKERS pytest-xdist workers: most real-component tests wait (JVMs, pods, Airflow's loops),
-# so two share the 2 cores well. Tests that share a per-machine component run on one worker (tests/support/tiers.py
-# xdist_group); TEST_WORKERS=0 runs them all in this process.
-TEST_WORKERS ?= 2
 test: setup browser
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=40 --junitxml=$(call REPORT,test) $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=40 --junitxml=$(call REPORT,test) $(PYTEST_ARGS)
 
 # The docs site (mkdocs.yml, docs/) into site/; --strict makes a broken link or anchor an error.
 # NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner, not a warning about these docs.

@@ -13,13 +13,11 @@ from pathlib import Path
 
 # Airflow writes airflow.cfg into AIRFLOW_HOME on first import: keep tests away from ~/airflow. The dags
 # folder must be fixed before anything imports airflow.settings (it is read once); tests that run DAGs with
-# dag.test() copy their DAG files into it. Each pytest-xdist worker gets a home of its own (workers inherit
-# the controller's environment; one SQLite metadata DB written by two workers fails with "database is locked").
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-if _WORKER or "AIRFLOW_HOME" not in os.environ:
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"ignite-tf-airflow-{_WORKER or 'main'}-")
+# dag.test() copy their DAG files into it.
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="ignite-tf-airflow-")
     atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # made here, removed here
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(os.environ["AIRFLOW_HOME"], "dags")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.environ["AIRFLOW_HOME"], "dags"))
 os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

@@ -1,5 +1,4 @@
-"""Tests under real Airflow services, one set for the package (``airflow_services``): they run one after the
-other on one pytest-xdist worker (``tests/support/tiers.py``: the ``services`` group, scheduled first)."""
+"""Tests under real Airflow services, one set for the package (``airflow_services``)."""
 
 from __future__ import annotations
 

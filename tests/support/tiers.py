@@ -16,14 +16,9 @@ band between the two limits keeps a test near the limit from flipping in and out
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
-import pytest
 
 # Fixture -> the real component it starts (or reaches). A test that uses one, directly or through another
 # fixture, is not in `make check`.
@@ -37,16 +32,6 @@ COMPONENTS = {
     "built_wheel": "packaging",
 }
 REAL = "real"
-# Components one machine runs once, so their tests share one pytest-xdist worker (`make test` runs ``-n``
-# workers with ``--dist loadgroup``): one local Kubernetes per host (a second `up` would take its ports and
-# its bridge); one set of Airflow services (a second set is minutes of CPU for nothing). They are also the
-# longest groups (about 20 and 10 minutes), so they run first, each on a worker of its own, and the modules
-# fill in around them; every other test is grouped by its module, so a module's fixtures start once.
-ONE_PER_MACHINE = ("k8s", "services")
-# pytest-xdist 3.8's own ``loadgroup`` sends a group to one worker by renaming its tests' node ids (``_nodeid``),
-# an attribute pytest 9 no longer reads: the marks are set, and ignored. So the groups reach the controller's
-# scheduler (``pytest_xdist_make_scheduler``) through this file instead, written by the workers at collection.
-ENV_GROUPS = "IGNITE_TF_TEST_GROUPS"
 # Seconds a tier's tests may take on the 2-core development machine (`make` adds its set-up before them).
 BUDGET_S = {"check": 3 * 60, "all": 30 * 60}
 COLD_BUDGET_S = 45 * 60  # `make test` on a machine where the session builds the local Kubernetes first
@@ -119,39 +104,6 @@ def last_full_run(reports: Path = REPORTS) -> tuple[Path | None, dict[str, float
     return runs[-1], calls
 
 
-def xdist_group(nodeid: str, used: list[str]) -> str:
-    """The pytest-xdist group of a test: the first of ``ONE_PER_MACHINE`` it uses, else its module."""
-    return next((c for c in ONE_PER_MACHINE if c in used), nodeid.split("::", 1)[0])
-
-
-def write_groups(path: Path, items) -> None:
-    """The groups of ``ONE_PER_MACHINE`` by node id (every other test's group is its module), written whole: each
-    worker collects the same tests and writes the same file."""
-    groups = {item.nodeid: group for item in items
-              if (group := xdist_group(item.nodeid, components_of(getattr(item, "fixturenames", ()))))
-              in ONE_PER_MACHINE}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(groups))
-    tmp.replace(path)
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup``: pytest-xdist's scope scheduling, a scope being a test's group (``ENV_GROUPS``)."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class GroupScheduling(LoadScopeScheduling):
-        groups: dict[str, str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self.groups is None:  # first asked once every worker has collected (and written the file)
-                self.groups = json.loads(Path(os.environ[ENV_GROUPS]).read_text())
-            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
-
-    return GroupScheduling(config, log)
-
-
 def pytest_addoption(parser):
     parser.addoption("--tier", choices=sorted(BUDGET_S), default="all",
                      help="check: only the tests that start no real component (no JVM, TensorFlow process, "
@@ -163,12 +115,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{component}: uses the real {component} (set from its fixtures)")
     config.addinivalue_line("markers", f"{REAL}: uses a real component, so not in `make check` (set from fixtures)")
     config.pluginmanager.register(Budget(config.getoption("--tier")), "ignite_tf_budget")
-    if getattr(config.option, "dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
-        # The controller, before it starts the workers (they inherit its environment).
-        os.environ[ENV_GROUPS] = os.path.join(tempfile.mkdtemp(prefix="ignite-tf-test-groups-"), "groups.json")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it sets
 def pytest_collection_modifyitems(config, items):
     for item in items:
         used = components_of(getattr(item, "fixturenames", ()))
@@ -176,15 +124,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(component)
         if used:
             item.add_marker(REAL)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid, used)))
-    if os.environ.get(ENV_GROUPS) and os.environ.get("PYTEST_XDIST_WORKER"):
-        write_groups(Path(os.environ[ENV_GROUPS]), items)
-    first = {group: n for n, group in enumerate(ONE_PER_MACHINE)}
-
-    def rank(item) -> int:
-        return first.get(xdist_group(item.nodeid, components_of(getattr(item, "fixturenames", ()))), len(first))
-
-    items.sort(key=rank)
     if config.getoption("--tier") == "check":
         dropped = [item for item in items if item.get_closest_marker(REAL)]
         if dropped:
