@@ -26,8 +26,8 @@ error or Ctrl-C), then times, side by side in the same process:
 The table adds ``train / direct``: the DAG's train stage over direct_s, what orchestration (operator,
 deferral, trigger polls) adds to the training itself. Both runs get the same epochs, batch size, learning
 rate and workers, passed to the DAG run as its conf. With ``--repeat R`` the pairs alternate their order
-(DAG first, then direct first, ...) and the medians are reported. ``--smoke``: 1,000 rows, 1 epoch, 1 pair
-(see ``bench/harness.py``).
+(DAG first, then direct first, ...) and the medians are reported. ``--smoke``: 1,000 rows, 1 epoch, 1 pair,
+1 sync worker (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def stop_leftovers(conn) -> list[str]:
     return stopped
 
 
-def run(rows: int, epochs: int, repeat: int, quiet: bool, addresses: str | None = None) -> dict:
+def run(rows: int, epochs: int, repeat: int, quiet: bool, addresses: str | None = None,
+        workers: int = WORKERS) -> dict:
     result: dict = {"_load_before": os.getloadavg()[0], "_rows": rows, "_epochs": epochs, "_repeat": repeat}
     tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
     say(f"scratch folder {tmp}", quiet)
@@ -186,7 +187,7 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool, addresses: str | None 
         with ignite(addresses, tmp / "ignite", lambda msg: say(msg, quiet), region_mb=768) as nodes:
             conn = nodes.conn
             try:
-                result.update(_runs(conn, tmp, rows, epochs, repeat, quiet))
+                result.update(_runs(conn, tmp, rows, epochs, repeat, quiet, workers))
             finally:
                 left = stop_leftovers(conn)
                 if left:
@@ -204,7 +205,7 @@ def run(rows: int, epochs: int, repeat: int, quiet: bool, addresses: str | None 
     return result
 
 
-def _runs(conn, tmp: Path, rows: int, epochs: int, repeat: int, quiet: bool) -> dict:
+def _runs(conn, tmp: Path, rows: int, epochs: int, repeat: int, quiet: bool, workers: int = WORKERS) -> dict:
     """Airflow's home, the DAG, then ``repeat`` pairs of a DAG run and a direct run."""
     from ignite_tf_dev.demo import airflow_env, load_dag, migrate
 
@@ -224,7 +225,7 @@ def _runs(conn, tmp: Path, rows: int, epochs: int, repeat: int, quiet: bool) -> 
     say(f"Airflow metadata DB migrated in {result['_migrate_s']:.1f}s, DAG folder parsed in "
         f"{result['_parse_s']:.1f}s", quiet)
     train_task = dag.get_task("train")
-    conf = {"mode": "sync", "workers": WORKERS, "epochs": epochs, "batch_size": BATCH,
+    conf = {"mode": "sync", "workers": workers, "epochs": epochs, "batch_size": BATCH,
             "learning_rate": LEARNING_RATE}
     unknown = set(conf) - set(dag.params.keys())
     if unknown:
@@ -253,7 +254,8 @@ def table(r: dict) -> str:
         f"End-to-end benchmark: {os.cpu_count()} cores (1-min load average {r['_load_before']:.1f} before, "
         f"{r['_load_after']:.1f} after), 2 local Ignite nodes, DAG {DAG_ID} vs start_cluster() on the same "
         f"cache; {r['_rows']:,} rows, {conf['epochs']} epochs, batch {conf['batch_size']}/worker, learning rate "
-        f"{conf['learning_rate']}, {conf['mode']} SGD with {conf['workers']} workers ({runs})",
+        f"{conf['learning_rate']}, {conf['mode']} SGD with {conf['workers']} "
+        f"worker{'s' if conf['workers'] != 1 else ''} ({runs})",
         "",
         "| DAG stage | seconds | share of dag_s |",
         "|---|---:|---:|",
@@ -308,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="epochs of both trainings (default 25: about two minutes of training here)")
     parser.add_argument("--repeat", type=int, default=1, help="DAG/direct pairs; medians are reported (default 1)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.rows, args.epochs, args.repeat = 1_000, 1, 1
+    workers = WORKERS
+    if args.smoke:  # every part once: the DAG run and the direct run, each a 1-worker sync cluster
+        args.rows, args.epochs, args.repeat, workers = 1_000, 1, 1, 1
     if args.rows < 1000 or args.epochs < 1 or args.repeat < 1:
         parser.error("--rows must be at least 1000 (the suite's row count), --epochs and --repeat at least 1")
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        result = run(args.rows, args.epochs, args.repeat, quiet=args.json, addresses=args.ignite)
+        result = run(args.rows, args.epochs, args.repeat, quiet=args.json, addresses=args.ignite, workers=workers)
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

@@ -38,9 +38,9 @@ CACHE = "end_bench"
 
 
 def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: str | None = None,
-            run_root: str | None = None, pass_env: list[str] | None = None) -> dict:
-    """One training; ``run_root``: where its run lives (default a folder under ``root``), ``pass_env``: names of
-    variables passed to the tasks (e.g. an object store's credentials)."""
+            run_root: str | None = None, pass_env: list[str] | None = None, workers: int = WORKERS) -> dict:
+    """One training of ``workers`` sync workers; ``run_root``: where its run lives (default a folder under
+    ``root``), ``pass_env``: names of variables passed to the tasks (e.g. an object store's credentials)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.state import LocalStateStore, Status
 
@@ -53,7 +53,7 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
     state = None
     try:
         env = [f"PYTHONPATH={provider}"] if provider else []  # the tasks run that copy of ignite_tf
-        state = start_cluster(CACHE, job, conn=conn, mode="sync", workers=WORKERS, max_restarts=0,
+        state = start_cluster(CACHE, job, conn=conn, mode="sync", workers=workers, max_restarts=0,
                               cluster_id=cluster_id, run_root=run_root or root / "runs", launcher=launcher,
                               env=[*env, *(pass_env or [])] or None)
         state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)

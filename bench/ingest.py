@@ -13,7 +13,8 @@ a running one), loads N rows (16 float32 features + 1 int32 label) with ``ignite
   (d) the same rows from an in-memory NumPy array through ``tf.data`` (``from_tensor_slices().batch(1024)``),
 
 and the reader's peak RSS in a fresh subprocess reading N/10 rows and N rows (it must not grow with N).
-``--smoke``: 20,000 rows, 2,000 and 5,000 for (a) and (b) (see ``bench/harness.py``).
+``--smoke``: 2,000 rows, 200 of them for (a), 1,024 (a page) for (b), (c) and (c') once each (see
+``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def measure_rss(conn, partitions: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(rows: int, default_limit: int, paged_limit: int, quiet: bool, addresses: str | None = None) -> dict:
+def run(rows: int, default_limit: int, paged_limit: int, quiet: bool, addresses: str | None = None,
+        repeats: int = REPEATS) -> dict:
     def say(msg):
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
@@ -143,7 +145,7 @@ def run(rows: int, default_limit: int, paged_limit: int, quiet: bool, addresses:
             b_rows, b_s = time_pyignite_scan(conn, BATCH, min(rows, paged_limit))
             say(f"(b) {b_rows:,} rows in {b_s:.1f}s")
             plain, printed = [], []
-            for _ in range(REPEATS):
+            for _ in range(repeats):
                 plain.append(time_reader(conn))
                 printed.append(time_reader(conn, fingerprint=True))
             c_rows, c_s, stats = min(plain, key=lambda t: t[1])
@@ -170,7 +172,7 @@ def run(rows: int, default_limit: int, paged_limit: int, quiet: bool, addresses:
         "reader_fingerprint_rows_s": fp_rows / fp_s, "fingerprint_cost": 1 - (fp_rows / fp_s) / rates["c"],
         "load_average": list(load_average),
         "rss_large_mb": rss_large["maxrss_mb"],
-        "_detail": {"a_rows": a_rows, "b_rows": b_rows, "load": how, "load_s": load_s,
+        "_detail": {"a_rows": a_rows, "b_rows": b_rows, "load": how, "load_s": load_s, "repeats": repeats,
                     "rss_small_rows": rss_small["rows"], "rss_large_rows": rss_large["rows"]},
     }
 
@@ -191,9 +193,9 @@ def table(r: dict) -> str:
         f"{r['scan_default_rows_s']:,.0f} |",
         f"| (b) pyignite cache.scan(page_size=1024), row objects | {rows_note(d['b_rows'])} | "
         f"{r['scan_paged_rows_s']:,.0f} |",
-        f"| (c) PartitionReader -> NumPy batches, all partitions (best of {REPEATS}) | {n:,} | "
+        f"| (c) PartitionReader -> NumPy batches, all partitions (best of {d['repeats']}) | {n:,} | "
         f"{r['reader_rows_s']:,.0f} |",
-        f"| (c') the same, fingerprint=True (alternating with c, best of {REPEATS}) | {n:,} | "
+        f"| (c') the same, fingerprint=True (alternating with c, best of {d['repeats']}) | {n:,} | "
         f"{r['reader_fingerprint_rows_s']:,.0f} |",
         f"| (d) in-memory NumPy -> tf.data from_tensor_slices().batch(1024) | {n:,} | {r['memory_rows_s']:,.0f} |",
         "",
@@ -222,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # SIGTERM runs the finally blocks too (the nodes also die with this process: die_with_parent).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.smoke:
-        args.rows, args.default_limit, args.paged_limit = 20_000, 2_000, 5_000
-    result = run(args.rows, args.default_limit, args.paged_limit, quiet=args.json, addresses=args.ignite)
+    repeats = REPEATS
+    if args.smoke:  # every path once: (a) and (b) on a prefix, (c) and (c') one read each
+        args.rows, args.default_limit, args.paged_limit, repeats = 2_000, 200, BATCH, 1
+    result = run(args.rows, args.default_limit, args.paged_limit, quiet=args.json, addresses=args.ignite,
+                 repeats=repeats)
     report(args, table(result), {k: v for k, v in result.items() if not k.startswith("_")})
     return 0
 

@@ -28,7 +28,7 @@ keys of ``bench/tf_baseline_memory.py`` kept): the chief's (``param_bytes``) and
 same pods vary by 5-10% between runs; the estimate must not fall below any).
 ``--local-only``: the local launcher only (no Kubernetes); ``--pods-only``: the Kubernetes launcher only.
 ``--smoke``: 2,000 rows, 1 epoch, large =
-hidden 512 (see ``bench/harness.py``).
+hidden 512, the local clusters of 1 worker (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def job(hidden: int, epochs: int, job_dir: Path) -> dict:
 
 
 def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, settings: dict | None, plan,
-        round_: int = 0) -> list[dict]:
+        round_: int = 0, workers: int = 2) -> list[dict]:
     from memory_model import MARK
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
@@ -82,7 +82,7 @@ def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, setting
     est = estimate(the_job, plan, conn=conn)
     cluster_id = f"mem-bench-{kind[:5]}-{size}-{os.getpid()}" + (f"-{round_}" if round_ else "")
     launcher = make_launcher(conn, kind=kind, kubernetes=settings)
-    start_cluster(CACHE, the_job, conn=conn, mode="sync", workers=2, max_restarts=0, cluster_id=cluster_id,
+    start_cluster(CACHE, the_job, conn=conn, mode="sync", workers=workers, max_restarts=0, cluster_id=cluster_id,
                   run_root=run_root(tmp, kind), launcher=launcher, plan=plan, startup_deadline_s=600)
     watch = PeakWatch(core_v1(), settings["namespace"], cluster_id) if kind == "kubernetes" else None
     state = wait_cluster(launcher, cluster_id, every=watch.poll if watch else None)
@@ -102,6 +102,7 @@ def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, setting
         mine = est.for_peer() if kind == "kubernetes" and task != CHIEF else est
         ratio = mine.total_mib / peak if peak else None
         rows.append({"launcher": kind, "model": size, "hidden": hidden, "params": est.params, "round": round_,
+                     "workers": workers,
                      "estimate_mib": mine.total_mib, "pod_limit": (watch.estimates.get(task) if watch else None),
                      "task": task, "peak_mib": round(peak, 1) if peak else None, "measured_by": how,
                      "ratio": round(ratio, 3) if ratio else None,
@@ -174,10 +175,15 @@ def run(args, say) -> list[dict]:
         with ignite(args.ignite, tmp / "ignite", say) as nodes:
             conn = nodes.conn
             load(conn, CACHE, tabular(args.rows), key="id")
-            plan = ShardPlan.build(PartitionMap.discover(conn, CACHE), 2)
+            partitions = PartitionMap.discover(conn, CACHE)
+            plan = ShardPlan.build(partitions, 2)
+            # --smoke: the local clusters of 1 worker (a local task has no limit; its rows are the same code)
+            local_workers = 1 if args.smoke else 2
+            local_plan = plan if local_workers == 2 else ShardPlan.build(partitions, local_workers)
             for size, hidden in {} if args.write_baseline or args.pods_only else sizes.items():
                 say(f"local {size} (hidden={hidden}) ...")
-                results += one(conn, "local", size, hidden, args.epochs, tmp, None, plan)
+                results += one(conn, "local", size, hidden, args.epochs, tmp, None, local_plan,
+                               workers=local_workers)
             if args.local_only:
                 return results
             with kubernetes(args.kubeconfig, say):
@@ -194,7 +200,9 @@ def run(args, say) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     base = results[0]["estimate"]["baseline_mib"] if results else 0
-    lines = [f"Memory estimate beside each task's measured peak (2 sync workers; TensorFlow baseline {base} MiB)",
+    workers = "/".join(str(w) for w in sorted({r["workers"] for r in results})) or "2"
+    lines = [f"Memory estimate beside each task's measured peak ({workers} sync workers; TensorFlow baseline "
+             f"{base} MiB)",
              "", "| launcher | model | parameters | task | estimate (MiB) | peak (MiB) | measured by | estimate / peak "
              "| goal 1.0-1.25 | pod's limit |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:

@@ -15,6 +15,7 @@ main process's ``VmRSS``, threads and open files (``/proc/PID`` on the node); ea
 task's staging folder (``/proc/PID/root`` + ``POD_RUN_DIR``). ``--launcher local``: the same training as
 local processes, each sampled by ``/proc/PID`` only (resident set: anonymous and file). Printed: per task, the first sample after the
 first epoch beside the last one before the end, and the growth of each figure; ``--json`` has every sample.
+``--smoke``: 2,000 rows, 2 epochs of a 1-worker cluster, a sample every 0.2 s (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ def folder_bytes(root: Path) -> dict[str, float]:
 
 
 class ProcessWatch(threading.Thread):
-    """Samples the task processes of a local cluster (``--launcher local``): ``/proc/PID`` of each task."""
+    """Samples the task processes of a local cluster (``--launcher local``): ``/proc/PID`` of each task.
+
+    ``launcher`` reads the cluster's state in this thread: one of its own (a state store's Ignite client is not
+    shared between threads)."""
 
     def __init__(self, launcher, cluster_id: str, every_s: float):
         super().__init__(name="process-watch", daemon=True)
@@ -198,8 +202,9 @@ def growth(samples: list[dict]) -> tuple[dict, dict] | None:
 def table(result: dict) -> str:
     keys = ["usage", "peak", "rss", "cache", "mapped_file", "shmem", "active_file", "inactive_file", "dirty",
             "writeback", "kmem", "VmRSS", "RssAnon", "RssFile", "threads", "fds", "pgmajfault"]
+    w = result["workers"]
     lines = [f"Memory of each container while it trains ({result['rows']:,} rows, {result['epochs']} epochs, batch "
-             f"{BATCH}, 2 sync workers, limit {result['limit']}; MiB unless said)", ""]
+             f"{BATCH}, {w} sync worker{'s' * (w != 1)}, limit {result['limit']}; MiB unless said)", ""]
     for task, (first, last) in result["growth"].items():
         lines += [f"{task}: t={first['t']} s (epoch {first['epochs']}) -> t={last['t']} s (epoch {last['epochs']})", "",
                   "| figure | first | last | growth |", "|---|---:|---:|---:|"]
@@ -240,7 +245,7 @@ def wait_final(launcher, cluster_id: str, timeout_s: float = 900.0):
             pass
 
 
-def run(args, say) -> dict:
+def run(args, say, workers: int = 2) -> dict:
     from ignite_tf_dev.demo_data import tabular
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
@@ -264,10 +269,10 @@ def run(args, say) -> dict:
                        "args": ["--epochs", str(args.epochs), "--batch-size", str(BATCH), "--label-column", "label",
                                 *(["--checkpoint-every-steps", str(args.checkpoint_every_steps)]
                                   if args.checkpoint_every_steps else [])]}
-                start_cluster(CACHE, job, conn=conn, mode="sync", workers=2, max_restarts=0, cluster_id=cid,
+                start_cluster(CACHE, job, conn=conn, mode="sync", workers=workers, max_restarts=0, cluster_id=cid,
                               run_root=run_root(tmp, args.launcher), launcher=launcher, startup_deadline_s=600)
                 with (StatWatch(core_v1(), args.namespace, cid, args.every, launcher) if settings else
-                      ProcessWatch(launcher, cid, args.every)) as watch:
+                      ProcessWatch(make_launcher(conn, kind=args.launcher), cid, args.every)) as watch:
                     state = wait_final(launcher, cid)
                 say(f"ended {state.status.value}: {state.reason or ''}")
             finally:
@@ -279,7 +284,8 @@ def run(args, say) -> dict:
                 finally:
                     client.close()
     grown = {task: g for task, s in sorted(watch.samples.items()) if (g := growth(s))}
-    return {"rows": args.rows, "epochs": args.epochs, "limit": args.limit, "launcher": args.launcher, "status": state.status.value,
+    return {"rows": args.rows, "epochs": args.epochs, "workers": workers, "limit": args.limit,
+            "launcher": args.launcher, "status": state.status.value,
             "epoch_s": [e.get("epoch_s") for e in state.epochs], "growth": grown, "folders": watch.folders,
             "samples": watch.samples, "load": os.getloadavg()}
 
@@ -297,9 +303,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="back up every N steps instead of every epoch (how the growth follows the backups)")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between samples (default 1)")
     args = parser.parse_args(argv)
-    if args.smoke:  # long enough to be sampled a few times: 3 epochs of 2,000 rows took 3 s on a CI machine
-        args.rows, args.epochs, args.every = 2_000, 12, 0.2
-    result = run(args, say_to_stderr(args.json and not args.smoke))
+    workers = 2
+    if args.smoke:  # sampled from the tasks' start (a few seconds) to the end: 2 epochs give a first and a last
+        args.rows, args.epochs, args.every, workers = 2_000, 2, 0.2, 1
+    result = run(args, say_to_stderr(args.json and not args.smoke), workers)
     report(args, table(result), result)
     if not result["growth"]:
         print(f"no sample of any task: the training ({result['status']}) ended before the first one; give it more "

@@ -14,7 +14,8 @@ epoch's backup for resume written to the run root) R times with each run root, a
 
 Reported per run root: the median epoch time (``epochs_s / epochs``, from the cluster state's epoch records),
 start-up and after-the-last-epoch; ``s3_vs_folder`` is the ratio of the median epoch times (goal <= 1.05).
-``--local-only``: the folder only. ``--smoke``: 1,000 rows, 2 epochs, 1 run each (see ``bench/harness.py``).
+``--local-only``: the folder only. ``--smoke``: 1,000 rows, 1 epoch, 1 run each of 1 sync worker (see
+``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
+from e2e import WORKERS  # noqa: E402
 from end import CACHE, one_run  # noqa: E402
 from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
 
@@ -73,7 +75,7 @@ def check_in_store(fs, root: str, result: dict) -> None:
     result["files_in_store"] = len(found)
 
 
-def run(args, say) -> dict:
+def run(args, say, workers: int = WORKERS) -> dict:
     from ignite_tf_dev.demo_data import tabular
 
     from ignite_tf.etl import load
@@ -92,7 +94,7 @@ def run(args, say) -> dict:
                         say(f"run {i + 1}: {kind} ...")
                         result = one_run(conn, args.epochs, tmp, index, quiet=True,
                                          run_root=f"{root}/{kind}-{index}" if kind == "s3" else None,
-                                         pass_env=list(STORE_ENV) if kind == "s3" else None)
+                                         pass_env=list(STORE_ENV) if kind == "s3" else None, workers=workers)
                         if kind == "s3":
                             check_in_store(fs, f"{root}/{kind}-{index}", result)
                         result["epoch_s"] = result["epochs_s"] / args.epochs
@@ -100,7 +102,7 @@ def run(args, say) -> dict:
                         index += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    out: dict = {"rows": args.rows, "epochs": args.epochs, "runs": runs}
+    out: dict = {"rows": args.rows, "epochs": args.epochs, "workers": workers, "runs": runs}
     for kind, rs in runs.items():
         for key in ("epoch_s", "startup_s", "after_last_epoch_s"):
             out[f"{kind}_{key}"] = statistics.median(r[key] for r in rs)
@@ -114,8 +116,9 @@ def _nothing():
 
 
 def table(r: dict) -> str:
-    lines = [f"Epoch time by run root: {r['rows']:,} rows, {r['epochs']} epochs, 2 sync workers (local), "
-             f"{len(r['runs']['folder'])} run(s) each", "",
+    w = r["workers"]
+    lines = [f"Epoch time by run root: {r['rows']:,} rows, {r['epochs']} epochs, {w} sync worker{'s' * (w != 1)} "
+             f"(local), {len(r['runs']['folder'])} run(s) each", "",
              "| run root | epoch (median s) | start-up (s) | after last epoch (s) | epoch / folder's |",
              "|---|---:|---:|---:|---:|"]
     for kind in r["runs"]:
@@ -137,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--local-only", action="store_true", help="the local folder only (no object store)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.rows, args.epochs, args.repeat = 1_000, 2, 1
+    workers = WORKERS
+    if args.smoke:  # every part once: one run in each run root, a 1-worker sync cluster of 1 epoch
+        args.rows, args.epochs, args.repeat, workers = 1_000, 1, 1, 1
     started = time.perf_counter()
-    result = run(args, say_to_stderr(args.json and not args.smoke))
+    result = run(args, say_to_stderr(args.json and not args.smoke), workers)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     report(args, table(result), result)
     return 0

@@ -54,9 +54,9 @@ The Ignite path pays a fixed cost per partition scanned (1024 partitions, every 
 row, so the ratio depends on rows per partition: the default 512,000 rows is 500 a partition.
 ``--profile`` adds a third path (the same NumPy batches through ``from_generator``), a breakdown of the
 Ignite data path without training, and the CPU each path burns (this process and the Ignite JVMs).
-``--smoke``: every part once, small: one import of each kind (no untimed fill of the bytecode cache first), one
-1-worker cluster beside one bare program, 2,048 rows for the step rates, 1 round, 1 warm-up read (see
-``bench/harness.py``).
+``--smoke``: every part once, small: one import of each kind (no untimed fill of the bytecode cache first; the
+bare import timed for tf_import_s also stands for the one just before the cluster), one 1-worker cluster beside
+one bare program, 512 rows (2 steps) for the step rates, 1 round, 1 warm-up read (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -315,7 +315,8 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
         jvm_warmup: int = 25, baseline: str | None = None, read_ahead: tuple[str, ...] = ("auto",),
         forkserver: tuple[str, ...] = ("auto",), start_rounds: int = 3, baseline_forkserver: str = "auto",
         epochs: int = 1, worker_counts: tuple[int, ...] = WORKER_COUNTS, import_repeat: int = 3,
-        runtime_import_repeat: int = 5, fill: bool = True, addresses: str | None = None) -> dict:
+        runtime_import_repeat: int = 5, fill: bool = True, adjacent_imports: bool = True,
+        addresses: str | None = None) -> dict:
     from ignite_tf_dev.demo_data import tabular
 
     from ignite_tf.etl import load
@@ -357,7 +358,8 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             for i, workers in enumerate([w for _ in range(start_rounds) for w in worker_counts] if startup else ()):
                 for provider, settings in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
-                    adjacent = tf_import_s(repeat=1, fill=False)[0]
+                    # Without adjacent_imports (--smoke) the bare import timed for tf_import_s, the same call, stands in.
+                    adjacent = tf_import_s(repeat=1, fill=False)[0] if adjacent_imports else result["tf_import_s"]
                     # The bare TensorFlow program beside it, alternately before and after.
                     bare_first = len(starts) % 2 == 0
                     bare = bare_first_step(workers, tmp)["first_step_s"] if bare_first else None
@@ -551,10 +553,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="epochs of the start-up clusters' job, of 5 steps each (default 1): what a task "
                              "prepares before its first step for a job of many epochs")
     args = parser.parse_args(argv)
-    # Every part once, and no untimed import to fill the bytecode cache first.
-    smoke = {"worker_counts": (1,), "import_repeat": 1, "runtime_import_repeat": 1, "fill": False} if args.smoke else {}
+    # Every part once, and no untimed import to fill the bytecode cache first, nor one more before the cluster.
+    smoke = {"worker_counts": (1,), "import_repeat": 1, "runtime_import_repeat": 1, "fill": False,
+             "adjacent_imports": False} if args.smoke else {}
     if args.smoke:
-        args.rows, args.steps, args.rounds, args.start_rounds, args.jvm_warmup = 2_048, None, 1, 1, 1
+        args.rows, args.steps, args.rounds, args.start_rounds, args.jvm_warmup = 2 * BATCH, None, 1, 1, 1
     from ignite_tf.cluster.forkserver import FORKSERVER_MODES
     from ignite_tf.runtime.start import READ_AHEAD_MODES
 

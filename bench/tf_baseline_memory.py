@@ -23,8 +23,8 @@ train 450 steps). ``--write`` records both with their provenance (UTC date, Tens
 Python, how measured, the samples) in ``ignite_tf/resources/tf_baseline.json`` as its ``process_*`` keys: what a
 process holds, TensorFlow's shared libraries included (about 330 MiB), i.e. about what the first pod on a fresh
 node is charged. The estimate (``ignite_tf.cluster.k8s.memory``) uses the pods' own cgroup charge, which
-``bench/k8s_memory.py --write-baseline`` measures and records in the same file. ``--smoke``: one sample of each, 10 steps an epoch, the large model at hidden=512,
-nothing written (see ``bench/harness.py``).
+``bench/k8s_memory.py --write-baseline`` measures and records in the same file. ``--smoke``: one sample of each, 1 epoch
+of 10 steps, 1 task process a sample, the large model at hidden=512, nothing written (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def rss_peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def task(hidden: int, steps: int = TASK_STEPS) -> int:
+def task(hidden: int, steps: int = TASK_STEPS, epochs: int = TASK_EPOCHS) -> int:
     """One task process (``--task HIDDEN``): prints one JSON line with its peaks."""
     import tempfile
 
@@ -102,9 +102,10 @@ def task(hidden: int, steps: int = TASK_STEPS) -> int:
         model = tabular_classifier(n_features=16, n_classes=2, hidden=hidden)
     with tempfile.TemporaryDirectory(prefix="tf-baseline-") as tmp:
         backup = tf_keras.callbacks.BackupAndRestore(str(Path(tmp) / "backup"), save_freq="epoch")
-        model.fit(data, epochs=TASK_EPOCHS, steps_per_epoch=steps, callbacks=[backup], verbose=0)
+        model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=[backup], verbose=0)
         model.save(str(Path(tmp) / "model"), save_format="tf")
     out = {"rss_peak_mib": round(rss_peak_mib(), 1), "cgroup_peak_mib": own_cgroup_peak_mib(), "steps": steps,
+           "epochs": epochs,
            "params": int(model.count_params()), "seconds": round(time.perf_counter() - t0, 1),
            "tensorflow": tf.__version__, "tf_keras": tf_keras.__version__}
     print(json.dumps(out), flush=True)
@@ -112,17 +113,17 @@ def task(hidden: int, steps: int = TASK_STEPS) -> int:
     os._exit(0)  # as the runtime ends: TensorFlow's exit handlers wait on a shutdown barrier
 
 
-def sample(hidden: int, steps: int = TASK_STEPS) -> dict:
-    """A cluster of ``WORKERS`` task processes (the collectives move gradients between processes, as in
+def sample(hidden: int, steps: int = TASK_STEPS, epochs: int = TASK_EPOCHS, n_workers: int = WORKERS) -> dict:
+    """A cluster of ``n_workers`` task processes (the collectives move gradients between processes, as in
     training); the larger of their peaks."""
     from ignite_tf.ports import free_port
 
-    workers = [f"localhost:{free_port()}" for _ in range(WORKERS)]
+    workers = [f"localhost:{free_port()}" for _ in range(n_workers)]
     procs = []
-    for index in range(WORKERS):
+    for index in range(n_workers):
         config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--task", str(hidden),
-                                       "--steps", str(steps)],
+                                       "--steps", str(steps), "--epochs", str(epochs)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, **BENCH_ENV, "TF_CONFIG": config}))
     found = []
@@ -134,7 +135,7 @@ def sample(hidden: int, steps: int = TASK_STEPS) -> dict:
     data = max(found, key=lambda d: d["cgroup_peak_mib"] or d["rss_peak_mib"])
     data["peak_mib"] = data["cgroup_peak_mib"] or data["rss_peak_mib"]
     data["measured_by"] = "cgroup memory.peak" if data["cgroup_peak_mib"] else "peak RSS (VmHWM)"
-    data["hidden"] = hidden
+    data["hidden"], data["workers"] = hidden, n_workers
     return data
 
 
@@ -156,8 +157,8 @@ def record(small: list[dict], large: dict) -> dict:
         "measured": time.strftime("%Y-%m-%d", time.gmtime()),
         "tensorflow": small[0]["tensorflow"],
         "how": (f"bench/tf_baseline_memory.py: task processes (import_tf, ignite_tf.data and pyignite, a "
-                f"{WORKERS}-worker MultiWorkerMirroredStrategy, tabular_classifier with Adam fitted {TASK_EPOCHS} "
-                f"epochs of {small[0]['steps']} steps of batch {TASK_BATCH} from memory with BackupAndRestore, saved as "
+                f"{small[0]['workers']}-worker MultiWorkerMirroredStrategy, tabular_classifier with Adam fitted "
+                f"{small[0]['epochs']} epochs of {small[0]['steps']} steps of batch {TASK_BATCH} from memory with BackupAndRestore, saved as "
                 f"a SavedModel), each measured by {small[0]['measured_by']}: peak_mib the largest of "
                 f"{len(small)} with {small[0]['params']:,} parameters, param_bytes the growth per parameter "
                 f"with {large['params']:,}"),
@@ -187,15 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--write", action="store_true", help="record the baseline for the memory estimate")
     parser.add_argument("--steps", type=int, default=TASK_STEPS, help="steps of each of the tasks' epochs")
+    parser.add_argument("--epochs", type=int, default=TASK_EPOCHS, help="epochs of the tasks' fit")
     parser.add_argument("--task", type=int, metavar="HIDDEN", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.task:
-        return task(args.task, args.steps)
-    large_hidden = LARGE
-    if args.smoke:
-        args.samples, args.write, large_hidden, args.steps = 1, False, 512, 10
-    small = [sample(SMALL, args.steps) for _ in range(max(1, args.samples))]
-    large = sample(large_hidden, args.steps)
+        return task(args.task, args.steps, args.epochs)
+    large_hidden, workers = LARGE, WORKERS
+    if args.smoke:  # both sizes once (param_bytes needs the two), each one small process
+        args.samples, args.write, large_hidden, args.steps, args.epochs, workers = 1, False, 512, 10, 1, 1
+    small = [sample(SMALL, args.steps, args.epochs, workers) for _ in range(max(1, args.samples))]
+    large = sample(large_hidden, args.steps, args.epochs, workers)
     samples = [*small, large]
     rec = record(small, large)
     written = None
