@@ -169,11 +169,6 @@ def test_every_deprecated_name_has_a_live_new_name_and_one_removal_release():
 
 # -- deprecated names: each still works and warns with its new name -------------------------------------------
 
-def names_the_new(message: str, new: str) -> bool:
-    module, _, name = new.rpartition(".")
-    return any(spelling in message for spelling in (new, f"from {module} import {name}", f"{name} from {module}"))
-
-
 VALUES = {  # what each deprecated value still is
     "ignite_tf.cluster.policy.DEFAULT_RESTART_POLICY": lambda: Supervision().restart_policy,
     "ignite_tf.cluster.policy.DEFAULT_PROGRESS_TIMEOUT_S": lambda: Supervision().progress_timeout_s,
