@@ -178,7 +178,7 @@ def test_label_is_the_deprecated_name_of_label_column(ignite_conn, ignite_client
         return sorted((int(i), int(y)) for features, labels in ds
                       for i, y in zip(features["id"].numpy(), labels.numpy(), strict=True))
 
-    with pytest.warns(DeprecationWarning, match="label= is deprecated, use label_column="):
+    with pytest.warns(DeprecationWarning, match=r"dataset\(label=\) is deprecated: use label_column=.*removed in 0\.3\.0"):
         old = itd.dataset(label="label", **common)
     assert rows(old) == rows(itd.dataset(label_column="label", **common)) == [(i, i % 3) for i in range(300)]
     with pytest.warns(DeprecationWarning, match="label_column="):
@@ -201,7 +201,7 @@ def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ig
 
     create_table(ignite_client, cache_name, range(1200), template="ignite_tf_small")
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 2, reshuffle="epoch", seed=3)
-    args = {"label": "label", "include_key": True, "worker": 1, "plan": plan, "conn": ignite_conn,
+    args = {"label_column": "label", "include_key": True, "worker": 1, "plan": plan, "conn": ignite_conn,
             "shuffle_buffer": 64}
 
     def ids(ds):
@@ -263,7 +263,7 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
 
     create_table(ignite_client, cache_name, range(3000), template="ignite_tf_small")
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 2, reshuffle="epoch", seed=5)
-    args = {"label": "label", "stack": True, "worker": 1, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 256,
+    args = {"label_column": "label", "stack": True, "worker": 1, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 256,
             "block_rows": 512}
 
     def two_passes(ds):
@@ -309,7 +309,7 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
     load(ignite_conn, cache_name, demo_data.tabular(20_000), key="id")
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 1, reshuffle="none")
     # Blocks of 512 rows of 17 columns: a few fill the pipe, so the child is still reading when it is killed.
-    args = {"label": "label", "stack": True, "worker": 0, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 0,
+    args = {"label_column": "label", "stack": True, "worker": 0, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 0,
             "block_rows": 512}
     before = _children()
     itd.read_ahead(64, 0, process=True, **args)
@@ -324,7 +324,7 @@ def test_a_read_ahead_process_that_dies_fails_the_pass_and_one_that_fails_is_rea
     assert 0 < seen < 20_000
     assert not _children() - before
 
-    itd.read_ahead(64, 0, process=True, **{**args, "label": "no_such_column"})
+    itd.read_ahead(64, 0, process=True, **{**args, "label_column": "no_such_column"})
     with pytest.raises(ConfigError, match="no_such_column"):
-        itd.dataset(64, 0, **{**args, "label": "no_such_column"})
+        itd.dataset(64, 0, **{**args, "label_column": "no_such_column"})
     assert not HeadStart._pending and not _children() - before

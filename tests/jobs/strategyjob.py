@@ -16,7 +16,7 @@ import ignite_tf.runtime  # noqa: E402
 
 strategy = ignite_tf.runtime.strategy()
 task = ignite_tf.runtime.task_info()
-data = ignite_tf.data.dataset(16, label="label", stack=True).repeat()
+data = ignite_tf.data.dataset(16, label_column="label", stack=True).repeat()
 
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(1,)), tf.keras.layers.Dense(3)])

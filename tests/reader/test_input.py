@@ -156,7 +156,7 @@ def test_dict_dataset_and_exactly_once_over_workers(tabular, ignite_conn):
 def test_repeated_dataset_has_only_full_batches_unless_drop_remainder_is_false(tabular, ignite_conn):
     """``dataset(...).repeat()`` (the porting recipe) yields full batches only, reshuffled every pass, so
     every pass leaves out other rows; ``drop_remainder=False`` keeps the short last batch of a pass."""
-    common = {"label": "label", "features": ["id"], "worker": 1, "plan": tabular.plan, "conn": ignite_conn}
+    common = {"label_column": "label", "features": ["id"], "worker": 1, "plan": tabular.plan, "conn": ignite_conn}
     rows, batch = tabular.plan.shard(1, 0).rows, 128
     full, rest = divmod(rows, batch)
     assert rest, f"pick a batch size that does not divide the shard's {rows} rows"

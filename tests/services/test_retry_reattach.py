@@ -24,9 +24,9 @@ from tests.support.polling import wait_for
 
 DAG_ID = "ignite_tf_retry_reattach"
 # The cluster must still train when try 2 starts: the scheduler fails try 1 once its heartbeat is 30 s old, and
-# the retry's runner takes seconds to start. The kill comes at the first epoch; the 39 epochs left of 4000 rows
-# (~2.5-5 s each here) outlast that about three times over.
-EPOCHS, BATCH_SIZE, ROWS = 40, 16, 4000
+# the retry's runner takes seconds to start. The kill comes at the first epoch; the 29 epochs left of 4000 rows
+# (~2.5-5 s each here) outlast that about twice over.
+EPOCHS, BATCH_SIZE, ROWS = 30, 16, 4000
 SUPERVISOR = "ignite_tf.cluster.supervision.processes"
 # The training waits in its worker (deferrable: false), so its task runner lives while the cluster trains.
 SPEC = f"""\
