@@ -58,7 +58,10 @@ def k8s_cluster():
         images.import_images(layout, prune=False)
     cluster = LocalK8s(layout, str(kubeconfig), local_k8s.api_client(layout))
     yield cluster
-    cluster.api.close()
+    try:
+        namespaces_deleted(cluster.core, _DELETING)
+    finally:
+        cluster.api.close()
     if preexisting:
         return
     local_k8s.down(layout)
@@ -97,12 +100,28 @@ def k8s_namespace(k8s_cluster):
     yield name
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     core.delete_namespace(name)
+    # The namespace controller's deletion (about 5 s) goes on while the next tests run; the session's end waits
+    # for every namespace deleted so and fails on one that stays (its pods, gone at once above, held no node).
+    _DELETING.append(name)
 
-    def gone():
-        try:
-            core.read_namespace(name)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
 
-    wait_for(gone, 180, f"namespace {name} to be deleted")
+_DELETING: list[str] = []  # the namespaces whose deletion the session's end waits for
+
+
+def namespaces_deleted(core, names: list[str], timeout: float = 180) -> None:
+    """Wait until every namespace of ``names`` is gone; fail naming those that are not."""
+    from kubernetes.client.exceptions import ApiException
+
+    def left() -> list[str]:
+        out = []
+        for name in names:
+            try:
+                core.read_namespace(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            out.append(name)
+        return out
+
+    wait_for(lambda: not left(), timeout, "the tests' namespaces to be deleted", seen=lambda: str(left()))
