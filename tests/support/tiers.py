@@ -56,8 +56,6 @@ SLOW: dict[str, str] = {
         "a training on the real node that outlives its launcher's SIGKILL and a deleted supervisor pod, replaced by its Deployment",
     "tests/test_benches.py::test_bench_smoke[startup.py]":
         "the bench's smoke run: each sync worker count and each input side by side, a TensorFlow cluster each",
-    "tests/test_benches.py::test_k8s_startup_bench_smoke":
-        "three launches side by side (local, Kubernetes before, Kubernetes), the bench's table",
     "tests/devtools/test_k8s_image.py::test_make_image_writes_a_loadable_docker_archive":
         "`make image` writes the multi-GB task image archive and containerd loads it",
     "tests/test_benches.py::test_bench_smoke[e2e.py]":
