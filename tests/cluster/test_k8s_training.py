@@ -227,9 +227,8 @@ print("VIEW " + json.dumps({"status": view["status"], "plan": view["plan"], "epo
 def test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_from_the_store_alone(deployed, tmp_path):
     """The README's commands with the `make k8s-up` exports only, each in a process of its own (own HOME,
     own working folder, no folder shared with the test or each other): `ignite-tf load` a CSV, then `ignite-tf
-    start --launcher kubernetes --namespace NS --k8s '{"standby": true}' CACHE JOB_DIR python -m ignite_tf.runtime
-    ...`
-    (sync, 2 workers, JOB_DIR shipped through the object store). Once the first attempt is up the supervisor
+    start --launcher kubernetes --namespace NS --k8s '{"standby": true}' CACHE JOB_DIR python -m
+    ignite_tf.runtime ...` (sync, 2 workers, JOB_DIR shipped through the object store). Once the first attempt is up the supervisor
     makes one warm pod per task, which imports TensorFlow and waits for its signed go record in the state store.
     When both say they wait, worker-1's pod is deleted with the default grace: it is gone within seconds (the TF
     process stops on SIGTERM), the whole-cluster restart is handed to the warm pods (no new task pod), the
@@ -260,8 +259,8 @@ def test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_fro
     # before importing it); the job folder is shipped all the same and is the tasks' working folder.
     start = _cli(["start", "--launcher", "kubernetes", "--namespace", ns, "--k8s", json.dumps({"standby": True}),
                   "--workers", "2", "--id", cid, "--startup-deadline", "900", cache, "job", "python", "-m",
-                  "ignite_tf.runtime", "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "64", "--label", "label",
-                  "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=launcher_home)
+                  "ignite_tf.runtime", "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "64",
+                  "--label", "label", "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=launcher_home)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(start.stdout), daemon=True)
     reader.start()
@@ -277,7 +276,8 @@ def test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_fro
 
     def seen() -> str:
         state = launcher.find(cid)
-        return f"launcher exit {start.poll()}; {state.status.value if state else 'no state'}\n{''.join(output)[-2000:]}"
+        status = state.status.value if state else "no state"
+        return f"launcher exit {start.poll()}; {status}\n{''.join(output)[-2000:]}"
 
     try:
         # A launch that fails ends the CLI: said at once with its output, not after the timeout.

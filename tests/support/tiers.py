@@ -49,7 +49,7 @@ SLOW: dict[str, str] = {
     "tests/pipeline/test_factory.py::test_user_script_end_to_end":
         "the whole pipeline under dag.test() (load, discovery, plan, validation per shard, the tutorial script unchanged on 2 workers, publish): one run is the test",
     "tests/test_benches.py::test_k8s_deployed_bench_smoke":
-        "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart with standby off and on, locality), each a cluster of real pods",
+        "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart, locality), each a cluster of real pods",
     "tests/runtime/test_training.py::test_ported_conv_tutorial_with_repeat_trains_on_two_workers":
         "TensorFlow's tutorial as ported, unchanged (3 epochs x 70 Conv2D steps on 2 workers): the port's own numbers are what is tested",
     "tests/cluster/test_k8s_supervisor_pod.py::test_training_outlives_its_launcher_and_its_supervisor_pod":
@@ -110,7 +110,7 @@ def pytest_configure(config):
     for component in sorted(set(COMPONENTS.values())):
         config.addinivalue_line("markers", f"{component}: uses the real {component} (set from its fixtures)")
     config.addinivalue_line("markers", f"{REAL}: uses a real component, so not in `make check` (set from fixtures)")
-    config.pluginmanager.register(Budget(config.getoption("--tier"), config), "ignite_tf_budget")
+    config.pluginmanager.register(Budget(config), "ignite_tf_budget")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -130,8 +130,8 @@ def pytest_collection_modifyitems(config, items):
 class Budget:
     """Times the run and each test's body; judges them at the end."""
 
-    def __init__(self, tier: str, config=None):
-        self.tier, self.started, self.config = tier, time.monotonic(), config
+    def __init__(self, config):
+        self.tier, self.started, self.config = config.getoption("--tier"), time.monotonic(), config
         self.calls: dict[str, float] = {}
         self.problems: list[str] = []
         self.built_before = True
@@ -149,7 +149,7 @@ class Budget:
         if report.when == "call":
             self.calls[report.nodeid] = report.duration
         if report.failed:  # said at once: a run cut short (CI's limit) still names what failed and why
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
                 lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
                 terminal.write_line("")
