@@ -107,7 +107,7 @@ def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """Start-up, input, a deleted worker pod and locality on the real node (the session's Ignite nodes on
     127.0.0.1, so the tasks use the host network; the pod deletion is a real one). The resume part runs once,
     with ``--standby on``: with the host network the standby pods are not used, so "off" would be the same
-    cold restart again (about 40 s) — the warm hand-over itself is test_k8s_training's."""
+    cold restart again (about 40 s) — the warm hand-over itself is in tests/cluster/k8s/test_training.py."""
     done = run_smoke("k8s_deployed.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig",
                      k8s_cluster.kubeconfig, "--namespace", k8s_namespace, "--host-network", "--standby", "on")
     data = assert_table_and_json("k8s_deployed.py", done)

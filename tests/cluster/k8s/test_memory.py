@@ -192,7 +192,7 @@ def _oomkilled_pod(name: str, limit: str):
 @pytest.mark.parametrize("resources", [{}, {"limits": {"memory": "368Mi"}}])
 def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_restart(resources, tmp_path):
     """The rule of ``PodBackend`` on an OOMKilled pod (the real kill and restart on the node:
-    tests/cluster/test_k8s_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
+    tests/cluster/k8s/test_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
     per attempt however many of its pods were killed; at a limit the user set, nothing changes."""
     from ignite_tf.cluster.k8s import objects
     from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
