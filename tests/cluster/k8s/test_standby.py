@@ -3,7 +3,7 @@ signed go record, and a real standby process waiting on a real state store (a fi
 Ignite cluster) until a go record signed with its cluster's key, refusing a forged one, then running the task's
 module in-process as the record's attempt. Simulated: nothing is a pod here and the preload (TensorFlow's
 import) is left out; the pod path runs in tests/cluster/k8s/test_training.py (a restart on the warm pods) and
-bench/k8s_deployed.py --parts resume."""
+bench/k8s/deployed.py --parts resume."""
 
 from __future__ import annotations
 
