@@ -67,7 +67,7 @@ bench: setup
 
 # Launch -> first step, Kubernetes launcher beside local (needs root; starts and stops the local Kubernetes).
 bench-k8s: setup
-	$(PY) bench/k8s_startup.py
+	$(PY) bench/k8s/startup.py
 
 # The Airflow UI on this project's dags/ and plugins/ (SQLite DB in .airflow/). The ignite_default connection
 # points at `make ignite-up`'s nodes. airflow standalone prints the URL and the admin login when it is ready.

@@ -1,4 +1,4 @@
-"""Entry point of ``bench/k8s_memory.py``'s clusters: the tabular classifier, plus a report of the task's peak.
+"""Entry point of ``bench/k8s/memory.py``'s clusters: the tabular classifier, plus a report of the task's peak.
 
 ``memory_model:model`` returns ``ignite_tf.models.tabular_classifier(...)`` whose ``fit`` ends by printing
 ``BENCH_MEMORY {...}``: the task's peak resident set (``VmHWM``) and, inside a container, its cgroup's peak

@@ -23,7 +23,7 @@ train 450 steps). ``--write`` records both with their provenance (UTC date, Tens
 Python, how measured, the samples) in ``ignite_tf/resources/tf_baseline.json`` as its ``process_*`` keys: what a
 process holds, TensorFlow's shared libraries included (about 330 MiB), i.e. about what the first pod on a fresh
 node is charged. The estimate (``ignite_tf.cluster.k8s.memory``) uses the pods' own cgroup charge, which
-``bench/k8s_memory.py --write-baseline`` measures and records in the same file. ``--smoke``: one sample of each, 1 epoch
+``bench/k8s/memory.py --write-baseline`` measures and records in the same file. ``--smoke``: one sample of each, 1 epoch
 of 10 steps, 1 task process a sample, the large model at hidden=512, nothing written (see ``bench/harness.py``).
 """
 
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = record(small, large)
     written = None
     if args.write:
-        # Beside the pods' figures (bench/k8s_memory.py --write-baseline), which the estimate uses: a process's
+        # Beside the pods' figures (bench/k8s/memory.py --write-baseline), which the estimate uses: a process's
         # peak resident set also counts TensorFlow's shared libraries, which a pod's cgroup is charged for only
         # when it is the first on its node to read them (then as clean page cache, reclaimed at its limit).
         path = baseline_file()

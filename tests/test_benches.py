@@ -30,27 +30,27 @@ BENCHES = {
     "e2e.py": (["| DAG stage | seconds | share of dag_s |", "| run | wall s | / direct_s | TF cluster lifetime s |",
                 "| cluster lifetime (median s) |"],
                {"dag_s", "direct_s", "overhead_ratio", "stages", "after_last_epoch_s", "phases"}),
-    "k8s_startup.py": (["| round | launcher (2 sync workers) | start_cluster returned (s) |"],
+    "k8s/startup.py": (["| round | launcher (2 sync workers) | start_cluster returned (s) |"],
                        {"runs", "kubernetes_vs_local", "goal"}),
     "tf_baseline_memory.py": (["| sample | parameters | peak (MiB) | measured by | seconds |"],
                               {"peak_mib", "param_bytes", "measured", "tensorflow", "how", "samples_mib", "samples"}),
-    "k8s_memory.py": (["| launcher | model | parameters | task | estimate (MiB) | peak (MiB) |"], {"runs", "goal"}),
-    "k8s_memory_growth.py": (["| figure | first | last | growth |"], {"growth", "samples", "status", "epoch_s"}),
+    "k8s/memory.py": (["| launcher | model | parameters | task | estimate (MiB) | peak (MiB) |"], {"runs", "goal"}),
+    "k8s/memory_growth.py": (["| figure | first | last | growth |"], {"growth", "samples", "status", "epoch_s"}),
     "run_root.py": (["| run root | epoch (median s) |"],
                     {"rows", "epochs", "runs", "folder_epoch_s", "s3_epoch_s", "s3_vs_folder"}),
-    "k8s_deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local (medians; each round) |"],
+    "k8s/deployed.py": (["| measurement | value | goal |", "| first step, Kubernetes / local (medians; each round) |"],
                         {"startup", "input", "resume", "locality", "goals"}),
 }
 # Not benches: what they import or launch (run by the benches above).
-HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.py", "k8s_harness.py",
-           "memory_model.py", "k8s_input_task.py"}
-# Benches that need the local Kubernetes (run below, marked k8s); k8s_memory.py's local part runs without it.
-K8S = {"k8s_startup.py", "k8s_deployed.py"}
-LOCAL_ARGS = {"k8s_memory.py": ("--local-only",), "k8s_memory_growth.py": ("--launcher", "local")}
+HELPERS = {"harness.py", "startup_input.py", "startup_model.py", "startup_bare.py", "k8s/common.py",
+           "memory_model.py", "k8s/input_task.py"}
+# Benches that need the local Kubernetes (run below, marked k8s); k8s/memory.py's local part runs without it.
+K8S = {"k8s/startup.py", "k8s/deployed.py"}
+LOCAL_ARGS = {"k8s/memory.py": ("--local-only",), "k8s/memory_growth.py": ("--launcher", "local")}
 
 
 def test_every_script_in_bench_is_smoke_tested_or_a_helper():
-    assert {p.name for p in BENCH.glob("*.py")} == set(BENCHES) | HELPERS
+    assert {p.relative_to(BENCH).as_posix() for p in BENCH.rglob("*.py")} == set(BENCHES) | HELPERS
 
 
 def run_smoke(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -73,7 +73,7 @@ def assert_table_and_json(script: str, done: subprocess.CompletedProcess) -> dic
 def test_bench_smoke(script, ignite_conn):
     data = assert_table_and_json(script, run_smoke(script, "--ignite", ignite_conn.addresses_str,
                                                    *LOCAL_ARGS.get(script, ())))
-    if script == "k8s_memory.py":
+    if script == "k8s/memory.py":
         assert {(r["launcher"], r["model"]) for r in data["runs"]} == {("local", "small"), ("local", "large")}
     if script == "run_root.py":
         assert data["runs"]["s3"][0]["files_in_store"] > 0  # the run really lived in the object store
@@ -83,9 +83,9 @@ def test_bench_smoke(script, ignite_conn):
 def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """On the session's local Kubernetes (``--kubeconfig``: the bench starts and stops none) in a namespace of
     its own, with the session Ignite cluster (its tasks use the host network, as the bench's own nodes would)."""
-    done = run_smoke("k8s_startup.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
+    done = run_smoke("k8s/startup.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
                      "--namespace", k8s_namespace, "--host-network")
-    data = assert_table_and_json("k8s_startup.py", done)
+    data = assert_table_and_json("k8s/startup.py", done)
     assert [r["launcher"] for r in data["runs"]] == ["local", "kubernetes"]
 
 
@@ -93,10 +93,10 @@ def test_k8s_startup_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
 def test_k8s_memory_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """Two model sizes in real pods on the real node: each container's peak read from its cgroup on the node
     (nothing simulated; the session's Ignite nodes on 127.0.0.1, so the tasks use the host network). The pods
-    only: the local part is test_bench_smoke[k8s_memory.py]'s."""
-    done = run_smoke("k8s_memory.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
+    only: the local part is test_bench_smoke[k8s/memory.py]'s."""
+    done = run_smoke("k8s/memory.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig", k8s_cluster.kubeconfig,
                      "--namespace", k8s_namespace, "--host-network", "--pods-only")
-    data = assert_table_and_json("k8s_memory.py", done)
+    data = assert_table_and_json("k8s/memory.py", done)
     pods = data["runs"]
     assert [r["launcher"] for r in pods] == ["kubernetes"] * len(pods) and {r["model"] for r in pods} == {"small", "large"}
     assert all(r["peak_mib"] and r["pod_limit"] for r in pods), pods
@@ -107,10 +107,10 @@ def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
     """Start-up, input, a deleted worker pod and locality on the real node (the session's Ignite nodes on
     127.0.0.1, so the tasks use the host network; the pod deletion is a real one). The resume part runs once,
     with ``--standby on``: with the host network the standby pods are not used, so "off" would be the same
-    cold restart again (about 40 s) — the warm hand-over itself is test_k8s_training's."""
-    done = run_smoke("k8s_deployed.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig",
+    cold restart again (about 40 s) — the warm hand-over itself is in tests/cluster/k8s/test_training.py."""
+    done = run_smoke("k8s/deployed.py", "--ignite", ignite_conn.addresses_str, "--kubeconfig",
                      k8s_cluster.kubeconfig, "--namespace", k8s_namespace, "--host-network", "--standby", "on")
-    data = assert_table_and_json("k8s_deployed.py", done)
+    data = assert_table_and_json("k8s/deployed.py", done)
     assert set(data["resume"]) == {"standby on"}, data["resume"]
     for run in data["resume"].values():
         assert run["status"] == "succeeded" and run["next_epoch_s"] is not None, run
@@ -118,7 +118,7 @@ def test_k8s_deployed_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
 
 @pytest.mark.timeout(600)
 def test_k8s_deployed_bench_killed_leaves_nothing(ignite_conn, k8s_cluster, k8s_namespace):
-    """SIGTERM (what a timeout sends) to bench/k8s_deployed.py once its cluster's pods run: the bench stops the
+    """SIGTERM (what a timeout sends) to bench/k8s/deployed.py once its cluster's pods run: the bench stops the
     cluster and ends, and nothing of it is left — no object of the cluster, its state final, the bench's table
     dropped. Real: the bench process, its pods on the real node, the control plane (the session's Ignite nodes
     on 127.0.0.1, so the tasks use the host network). Simulated: nothing; 60 epochs so that the cluster still
@@ -131,7 +131,7 @@ def test_k8s_deployed_bench_killed_leaves_nothing(ignite_conn, k8s_cluster, k8s_
     from tests.support.polling import wait_for
 
     core, ns = k8s_cluster.core, k8s_namespace
-    proc = subprocess.Popen([sys.executable, str(BENCH / "k8s_deployed.py"), "--parts", "resume", "--standby", "off",
+    proc = subprocess.Popen([sys.executable, str(BENCH / "k8s/deployed.py"), "--parts", "resume", "--standby", "off",
                              "--rows", "2000", "--epochs", "60", "--ignite", ignite_conn.addresses_str,
                              "--kubeconfig", k8s_cluster.kubeconfig, "--namespace", ns, "--host-network"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

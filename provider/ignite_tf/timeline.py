@@ -9,7 +9,7 @@ shard plan and the shipped code in place), carried to the runtime, which prints 
 (``Supervisor.mark``): ``supervisor_started``, ``prepared`` (the backend's set-up: Kubernetes objects),
 ``tasks_started`` (every process or pod created, again at each restart, after ``restarting``), ``all_up``, and for pods ``chief_scheduled`` and
 ``chief_running`` (the chief's container running), as it saw them. ``bench/startup.py`` and
-``bench/k8s_startup.py`` split the start-up with them, ``bench/e2e.py`` and ``bench/end.py`` the time after the
+``bench/k8s/startup.py`` split the start-up with them, ``bench/e2e.py`` and ``bench/end.py`` the time after the
 last epoch.
 """
 

@@ -3,7 +3,7 @@
 ``Policy.decide`` is a pure function of plain data (the recorded state, one Observation per task, the clock),
 so these tests give it plain data; the loop is driven by ``PlainTasks``, a backend made of plain data. What
 real processes and pods do (exit statuses, ports, signals, pod phases) is tested with real processes in
-test_cluster.py / test_supervision.py and with pods in test_k8s_*.py; here only the rules are.
+test_cluster.py / test_supervision.py and with pods in tests/cluster/k8s/; here only the rules are.
 """
 
 from __future__ import annotations

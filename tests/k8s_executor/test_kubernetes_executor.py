@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ignite_tf.cluster.api import make_launcher
-from tests.cluster import test_k8s_training as training
+from tests.cluster.k8s import test_training as training
 from tests.support.airflow import SECRET, ignite_connection_env
 from tests.support.airflow_k8s import (
     apply_launcher_rbac,

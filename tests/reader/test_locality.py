@@ -8,7 +8,7 @@
 
 Nothing is simulated here but the Kubernetes node names of the second test of ``measure`` (the nodes run on
 this host; the map of Ignite pods to Kubernetes nodes is given, as the launcher records it). The live match of
-Ignite pods to Kubernetes nodes is tests/cluster/test_k8s_locality.py (marked k8s).
+Ignite pods to Kubernetes nodes is tests/cluster/k8s/test_locality.py (marked k8s).
 """
 
 from __future__ import annotations

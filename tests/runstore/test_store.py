@@ -134,7 +134,7 @@ def _team(tmp_path: Path) -> Path:
     (team / "team_model.py").write_text("import teamlib\n\ndef build():\n    return teamlib.WIDTH\n")
     (tmp_path / "extra").mkdir()
     (tmp_path / "extra" / "helpers.py").write_text("HELP = 'yes'\n")
-    # Another test's team_model (tests/cluster/test_k8s_training.py: the launcher imports the entry point for
+    # Another test's team_model (tests/cluster/k8s/test_training.py: the launcher imports the entry point for
     # its memory estimate) would be found in sys.modules before this folder.
     for name in ("team_model", "teamlib"):
         sys.modules.pop(name, None)

@@ -25,7 +25,7 @@ def use_local_k8s(monkeypatch, k8s_cluster) -> None:
 
 def simulated_settings(namespace: str, **extra) -> dict:
     """Task pods on the simulated nodes, from an image never pulled; the supervisor a detached process on this
-    host (a supervisor pod runs the image's Python: tests/cluster/test_k8s_supervisor_pod.py)."""
+    host (a supervisor pod runs the image's Python: tests/cluster/k8s/test_supervisor_pod.py)."""
     return {"namespace": namespace, "image": SIMULATED_IMAGE, "node_selector": dict(ON_SIMULATED),
             "tolerations": [dict(t) for t in SIMULATED_TOLERATIONS], "resources": {"limits": {"memory": "1Gi"}},
             "supervisor": "process", **extra}

@@ -52,17 +52,17 @@ SLOW: dict[str, str] = {
         "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart, locality), each a cluster of real pods",
     "tests/runtime/test_training.py::test_ported_conv_tutorial_with_repeat_trains_on_two_workers":
         "TensorFlow's tutorial as ported, unchanged (3 epochs x 70 Conv2D steps on 2 workers): the port's own numbers are what is tested",
-    "tests/cluster/test_k8s_supervisor_pod.py::test_training_outlives_its_launcher_and_its_supervisor_pod":
+    "tests/cluster/k8s/test_supervisor_pod.py::test_training_outlives_its_launcher_and_its_supervisor_pod":
         "a training on the real node that outlives its launcher's SIGKILL and a deleted supervisor pod, replaced by its Deployment",
     "tests/test_benches.py::test_bench_smoke[startup.py]":
         "the bench's smoke run: each sync worker count and each input side by side, a TensorFlow cluster each",
-    "tests/devtools/test_k8s_image.py::test_make_image_writes_a_loadable_docker_archive":
+    "tests/devtools/k8s/test_image.py::test_make_image_writes_a_loadable_docker_archive":
         "`make image` writes the multi-GB task image archive and containerd loads it",
     "tests/test_benches.py::test_bench_smoke[e2e.py]":
         "the bench's smoke run: the example pipeline as a DAG run beside the direct launch",
-    "tests/cluster/test_k8s_training.py::test_team_pipeline_as_a_dag_run[async]":
+    "tests/cluster/k8s/test_training.py::test_team_pipeline_as_a_dag_run[async]":
         "the team's pipeline as a DAG run with its training in real pods (chief, workers, ps)",
-    "tests/cluster/test_k8s_training.py::test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_from_the_store_alone":
+    "tests/cluster/k8s/test_training.py::test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_from_the_store_alone":
         "a CLI training on the real node, long enough for its warm pods to wait, through a deleted worker pod and the restart on them",
     "tests/services/test_lineage.py::test_new_rows_start_the_retraining_run_and_every_stage_reports_its_lineage":
         "two DAG runs under the real services, the second started by the first's Asset event",

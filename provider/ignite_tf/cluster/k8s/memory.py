@@ -8,7 +8,7 @@
                headroom
 
 - **Baseline and bytes per parameter**: what a pod's cgroup is charged, measured in real pods by
-  ``bench/k8s_memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, strategy,
+  ``bench/k8s/memory.py --write-baseline`` (2-worker sync clusters doing what a task does: imports, strategy,
   gRPC server, a model fitted with the runtime's backup and saved) at a tiny and a large model, the largest
   peaks of several runs: the tiny one's is the baseline, the growth per parameter to the large one's (Adam)
   ``param_bytes``; in ``ignite_tf/resources/tf_baseline.json`` with the date, TensorFlow version and method. A
@@ -24,7 +24,7 @@
   with the job's ``--label-column`` and ``--features``: features are fed as one float32 matrix, the label in
   its own type, and the reader decodes every column in its own type.
 - **Growth**: a worker of a multi-worker ``fit`` (TensorFlow 2.21, MultiWorkerMirroredStrategy) keeps 7-12 KiB
-  more anonymous memory after each training step, for good (``bench/k8s_memory_growth.py``: pods and local
+  more anonymous memory after each training step, for good (``bench/k8s/memory_growth.py``: pods and local
   processes, and a bare 2-worker tf_keras ``fit`` over memory; one process's ``fit``, the reader and the
   ``tf.data`` pipeline alone keep flat): ``--epochs`` x the steps of an epoch (``--steps-per-epoch``, else the
   largest shard of the plan's first epoch over the batch) x ``STEP_GROWTH_BYTES``.

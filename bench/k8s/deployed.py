@@ -1,16 +1,16 @@
 """Kubernetes as teams deploy it, side by side in one run: start-up, input, a deleted pod, locality.
 
-    .venv/bin/python bench/k8s_deployed.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+    .venv/bin/python bench/k8s/deployed.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
                                            [--namespace NAME] [--host-network] [--rows N] [--epochs N]
 
 Against the Ignite cluster of ``--ignite`` (in the deployed shape: the Ignite pods, ``IGNITE_TF_ADDRESSES`` of
 ``make k8s-up``; default 2 local nodes, which pods reach with ``--host-network`` only) and the Kubernetes of
-``--kubeconfig`` (see ``bench/k8s_harness.py``), measures:
+``--kubeconfig`` (see ``bench/k8s/common.py``), measures:
 
   startup    launch -> first training step, the Kubernetes launcher beside the local one, ``--startup-repeat``
-             (3) rounds interleaved (``bench/k8s_startup.py``); goal: the medians' Kubernetes / local <= 1.5;
+             (3) rounds interleaved (``bench/k8s/startup.py``); goal: the medians' Kubernetes / local <= 1.5;
   input      in one pod: steps/s of the tabular classifier fed from Ignite (``ignite_tf.data`` over the pod
-             network) vs from the same rows in memory (``bench/k8s_input_task.py``); goal: >= 0.9. As
+             network) vs from the same rows in memory (``bench/k8s/input_task.py``); goal: >= 0.9. As
              ``bench/startup.py``'s local comparison: ``--input-rows`` (512,000: 500 a partition; the Ignite
              path pays a fixed cost per partition scanned), fits of one pass over that table (``--steps``, default
              2,000 of 256 rows, as there) and Ignite nodes warmed by ``--input-warmup`` (10) untimed reads;
@@ -53,11 +53,11 @@ import time
 import traceback
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-import k8s_startup  # noqa: E402
-from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
-from k8s_harness import (  # noqa: E402
+BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/: the shared harness and the local benches' modules
+sys.path[:0] = [str(BENCH_DIR / "k8s"), str(BENCH_DIR)]  # k8s/ first: its startup.py, not bench/startup.py
+import startup as k8s_startup  # noqa: E402 - bench/k8s/startup.py
+from common import (  # noqa: E402
+    STARTUP_GOAL,
     TIMEOUT_S,
     CgroupCpu,
     add_k8s_arguments,
@@ -69,6 +69,7 @@ from k8s_harness import (  # noqa: E402
     run_root,
     wait_cluster,
 )
+from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
 
 set_bench_env()
 INPUT_RESOURCES = {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}
@@ -77,7 +78,7 @@ RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_runni
                   "entry_started", "code_fetched", "standby_go", "runtime_started", "tf_imported", "strategy_ready", "all_up",
                   "fit_start", "train_begin", "epoch_begin", "first_step")
 PARTS = ("startup", "input", "resume", "locality")
-GOALS = {"kubernetes_vs_local": k8s_startup.GOAL, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
+GOALS = {"kubernetes_vs_local": STARTUP_GOAL, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
 CACHE = "k8s_deployed_bench"
 CLEAN_UP_S = 120.0  # for the Kubernetes objects of the clusters stopped or cut short to be gone
 IN_REQUEST = ("/pyignite/", "/urllib3/", "/kubernetes/", "/botocore/", "/aiobotocore/", "/s3fs/")
@@ -102,7 +103,7 @@ def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int | None, r
                 short_steps: int = 0) -> dict:
     from ignite_tf_dev.demo_data import tabular
     from ignite_tf_dev.k8s.addons import IGNITE_NAMESPACE, IGNITE_SELECTOR
-    from k8s_input_task import MARK
+    from input_task import MARK
     from startup_input import BATCH as STEPS_BATCH
     from startup_input import STEPS_CACHE, warm_nodes
 
@@ -124,13 +125,13 @@ def input_rates(conn, tmp: Path, settings: dict, rows: int, steps: int | None, r
     # As bench/startup.py does for its local nodes: Ignite pods in service run their scan code JIT-compiled;
     # fresh JVMs spend about 3x the CPU per row at first, beside the training measured.
     spent = warm_nodes(conn, warmup, [])
-    job_dir = job_dir_with(tmp, "job-input", "k8s_input_task.py", "startup_input.py")
+    job_dir = job_dir_with(tmp, "job-input", "k8s/input_task.py", "startup_input.py")
     cluster_id = f"deployed-input-{os.getpid()}"
     # The task holds the rows of its in-memory path too, which no estimate of a script's memory can know.
     launcher = make_launcher(conn, kind="kubernetes", kubernetes={**settings, "resources": INPUT_RESOURCES})
     with CgroupCpu(core_v1(), {"tf": (settings["namespace"], f"{LABEL_CLUSTER}={cluster_id}"),
                                "ignite": (IGNITE_NAMESPACE, IGNITE_SELECTOR)}) as watch:
-        start_cluster(STEPS_CACHE, {"command": ["python", "k8s_input_task.py",
+        start_cluster(STEPS_CACHE, {"command": ["python", "input_task.py",
                                                 ",".join(str(n) for n in (steps, short_steps) if n), str(repeat)],
                                     "job_dir": str(job_dir)}, conn=conn, mode="sync", workers=1, max_restarts=0,
                       cluster_id=cluster_id, run_root=run_root(tmp, "kubernetes"), launcher=launcher,
@@ -348,7 +349,7 @@ def clean_up(conn, settings: dict, say) -> None:
     cluster's id, which carries this process's id, in the state store or, before its supervisor recorded a
     state, on its objects: a stop request makes that supervisor stop as it starts. Objects still there after
     ``CLEAN_UP_S`` (no supervisor came) are deleted through their root."""
-    from k8s_startup import CACHE as STARTUP_CACHE
+    STARTUP_CACHE = k8s_startup.CACHE
     from startup_input import STEPS_CACHE
 
     from ignite_tf.cluster.api import make_launcher

@@ -138,7 +138,7 @@ def test_own_error_fails_fast_and_a_kwok_simulated_oomkilled_status_is_reported(
     kwok-simulated OOMKilled status (137, set through kwok's pod-exit annotation) with no restarts left ends it
     naming OOMKilled, the limit and the estimate. Simulated because nothing runs on a kwok node, so no OOM kill
     can happen there; a real one (the kernel's, on the real node, and the restart with a larger limit) is
-    tests/cluster/test_k8s_oom.py."""
+    tests/cluster/k8s/test_oom.py."""
     core, ns = kube
     launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns))
     cid = state.cluster_id
@@ -191,7 +191,7 @@ def test_a_restart_is_handed_to_the_warm_standby_pods(kube, ignite_conn, data_ca
     (their own DNS names, a TF_CONFIG naming each other), a user deletes worker-1's pod, and the whole-cluster
     restart takes the warm pods instead of making new ones: they become the attempt's pods (relabelled, the
     cluster attempt annotated) and the go record in the cluster's state gives each its attempt. Simulated: the
-    pods' running and exit (what a warm pod does with its signed go record: tests/cluster/test_k8s_standby.py)."""
+    pods' running and exit (what a warm pod does with its signed go record: tests/cluster/k8s/test_standby.py)."""
     core, ns = kube
     launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns, standby=True),
                             command=("python", "-m", "ignite_tf.runtime", "--entry-point", "m:f", "--epochs", "1"))
@@ -374,7 +374,7 @@ def test_deployment_manifests_are_accepted_by_the_apiserver(k8s_cluster, k8s_nam
 
     from ignite_tf.cluster.k8s.settings import KubernetesSettings
 
-    folder = Path(__file__).resolve().parents[2] / "docker" / "k8s"
+    folder = Path(__file__).resolve().parents[3] / "docker" / "k8s"
     for name in ("ignite.yaml", "launcher-rbac.yaml", "supervisor-rbac.yaml"):
         docs = [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
         utils.create_from_yaml(k8s_cluster.api, yaml_objects=docs, namespace=k8s_namespace, dry_run="All")

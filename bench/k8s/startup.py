@@ -1,6 +1,6 @@
 """Launch -> first training step: the Kubernetes launcher beside the local one, in one table.
 
-    .venv/bin/python bench/k8s_startup.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+    .venv/bin/python bench/k8s/startup.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
                                           [--namespace NAME] [--host-network] [--rows N] [--repeat N]
 
 Starts its own 2-node local Ignite cluster on free ports (``--ignite``: uses a running one) and, unless one is
@@ -23,7 +23,7 @@ The Kubernetes tasks run in the task image on the real node in the deployed shap
 cluster DNS, ``IGNITE_TF_RUN_ROOT``; give ``--ignite`` the Ignite pods of ``make k8s-up``'s
 ``IGNITE_TF_ADDRESSES``), or with ``--host-network`` in the one-machine shape (host network, the run folder
 as a hostPath: for Ignite nodes on 127.0.0.1), in ``--namespace`` (default ``default``); see
-``bench/k8s_harness.py``. The first step is read from the chief's mark file where this host can read the
+``bench/k8s/common.py``. The first step is read from the chief's mark file where this host can read the
 run folder, else from its ``BENCH_FIRST_STEP`` output line. ``--smoke``: a 1,000-row cache, one round (see
 ``bench/harness.py``).
 """
@@ -40,15 +40,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import add_common_arguments, ignite, report, set_bench_env
-from k8s_harness import add_k8s_arguments, kubernetes, pod_settings, run_root
+BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/: the shared harness and the local benches' modules
+sys.path.insert(1, str(BENCH_DIR))  # after bench/k8s/, this script's folder (sys.path[0])
+from common import STARTUP_GOAL, add_k8s_arguments, kubernetes, pod_settings, run_root  # noqa: E402
+from harness import add_common_arguments, ignite, report, set_bench_env  # noqa: E402
 
 set_bench_env()
-BENCH_DIR = Path(__file__).resolve().parent
 CACHE = "k8s_startup_bench"
 ENV_MARK = "IGNITE_TF_BENCH_FIRST_STEP"
 TIMEOUT_S = 900.0
-GOAL = 1.5  # issue 37: the Kubernetes launcher's first step (new pods) at most 1.5x the local one's
+GOAL = STARTUP_GOAL
 # The start-up's moments (``ignite_tf.timeline``) in the order they happen, with what ends at each.
 MOMENTS = {
     "supervisor_started": "the supervisor process runs (Python, imports)",

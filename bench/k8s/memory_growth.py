@@ -1,11 +1,11 @@
 """What grows in a training pod's memory: each container's cgroup ``memory.stat`` sampled while it trains long.
 
-    .venv/bin/python bench/k8s_memory_growth.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+    .venv/bin/python bench/k8s/memory_growth.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
                                                [--namespace NAME] [--rows N] [--epochs N] [--limit QUANTITY]
                                                [--every S] [--launcher kubernetes|local]
                                                [--checkpoint-every-steps N]
 
-The deployed shape of ``bench/k8s_deployed.py --parts resume`` without the deletion: a 2-worker sync cluster
+The deployed shape of ``bench/k8s/deployed.py --parts resume`` without the deletion: a 2-worker sync cluster
 of ``ignite_tf.models:tabular_classifier`` over ``--rows`` (100,000) rows, batch 256, ``--epochs`` (20), its
 pods on the real node with the limit ``--limit`` (default 1Gi: above every peak, so no page cache is reclaimed
 and the growth shows whole; ``estimate``: the launcher's own estimate). Every ``--every`` (1) s it reads, for
@@ -29,10 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
-from k8s_harness import (  # noqa: E402
+BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/: the shared harness and the local benches' modules
+sys.path.insert(1, str(BENCH_DIR))  # after bench/k8s/, this script's folder (sys.path[0])
+from common import (  # noqa: E402
     add_k8s_arguments,
     container_cgroup,
     core_v1,
@@ -40,6 +39,7 @@ from k8s_harness import (  # noqa: E402
     pod_settings,
     run_root,
 )
+from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
 
 set_bench_env()
 CACHE = "k8s_memory_growth"

@@ -4,7 +4,7 @@ estimate at its final save, and the restart at the same limit could be killed at
 Real: the control plane, the kubelet and the kernel's cgroup OOM killer on the real node, the task image, the
 Ignite pods (the launcher plans over a small cache there and estimates from its row width), the object-store
 run root, the supervisor pod. Nothing is simulated; the task is a script that holds a fixed block of memory
-instead of TensorFlow (the estimate's TensorFlow part is checked by bench/k8s_memory.py), so that what the
+instead of TensorFlow (the estimate's TensorFlow part is checked by bench/k8s/memory.py), so that what the
 kernel kills is decided by the limit alone, in seconds.
 """
 

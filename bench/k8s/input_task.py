@@ -1,6 +1,6 @@
-"""The task of ``bench/k8s_deployed.py``'s input part, run in a pod: steps/s fed from Ignite vs from memory.
+"""The task of ``bench/k8s/deployed.py``'s input part, run in a pod: steps/s fed from Ignite vs from memory.
 
-    python k8s_input_task.py STEPS[,SHORT_STEPS] REPEAT
+    python input_task.py STEPS[,SHORT_STEPS] REPEAT
 
 Reads the cache ``startup_input.STEPS_CACHE`` whole into memory through ``ignite_tf.data`` (the Ignite
 connection from the task's ``IGNITE_TF_*`` environment, as the launcher sets it), then runs

@@ -1,6 +1,6 @@
 """The memory estimate beside what tasks really use: two model sizes, in real pods and as local processes.
 
-    .venv/bin/python bench/k8s_memory.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
+    .venv/bin/python bench/k8s/memory.py [--json] [--smoke] [--ignite HOST:PORT,...] [--kubeconfig FILE]
                                          [--namespace NAME] [--host-network] [--local-only | --pods-only]
                                          [--rows N]
                                          [--epochs N] [--write-baseline [--rounds N]]
@@ -40,10 +40,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
-from k8s_harness import (  # noqa: E402
+BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/: the shared harness and the local benches' modules
+sys.path.insert(1, str(BENCH_DIR))  # after bench/k8s/, this script's folder (sys.path[0])
+from common import (  # noqa: E402
     PeakWatch,
     add_k8s_arguments,
     core_v1,
@@ -54,6 +53,7 @@ from k8s_harness import (  # noqa: E402
     run_root,
     wait_cluster,
 )
+from harness import add_common_arguments, ignite, report, say_to_stderr, set_bench_env  # noqa: E402
 from tf_baseline_memory import baseline_file  # noqa: E402
 
 set_bench_env()
@@ -141,7 +141,7 @@ def baseline_record(pods: list[dict], sizes: dict[str, int], rounds: int = 1) ->
         "param_bytes_optimizer": "adam",
         "measured": time.strftime("%Y-%m-%d", time.gmtime()),
         "tensorflow": version("tensorflow"),
-        "how": (f"bench/k8s_memory.py --write-baseline: 2-worker sync clusters of tabular_classifier with Adam "
+        "how": (f"bench/k8s/memory.py --write-baseline: 2-worker sync clusters of tabular_classifier with Adam "
                 f"(batch 64, BackupAndRestore, the chief saving the SavedModel) in pods on a node where earlier "
                 f"pods had read the image's TensorFlow libraries, limit {MEASURE_LIMIT} (not reached), {rounds} "
                 f"run(s) of each; each container's cgroup peak (page cache it is charged for included): peak_mib "

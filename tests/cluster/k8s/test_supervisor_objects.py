@@ -1,6 +1,6 @@
 """The pod supervisor's objects without a cluster (pure functions): its identity (pinned against
 docker/k8s/supervisor-rbac.yaml), its Deployment (owned by the root, secrets by reference only), the bounded
-lifetime's settings. On the local Kubernetes: tests/cluster/test_k8s_supervisor_pod.py."""
+lifetime's settings. On the local Kubernetes: tests/cluster/k8s/test_supervisor_pod.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ignite_tf.cluster.k8s.settings import KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _spec(run_dir="/runs/tf-x1", run_store=None):

@@ -2,7 +2,7 @@
 
 Real: the pod backend's manifests, the pod's first process's ``fetch_run`` reading the files where the kubelet
 puts a ConfigMap volume's keys (a folder), zip extraction. Stand-in: the Kubernetes API is a recorder of what
-the backend creates (the live tests of ``test_k8s_training.py`` run the real thing); the store's endpoint is a
+the backend creates (the live tests of ``test_training.py`` run the real thing); the store's endpoint is a
 closed port, so any read of it would fail the test.
 """
 

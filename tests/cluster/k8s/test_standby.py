@@ -2,8 +2,8 @@
 signed go record, and a real standby process waiting on a real state store (a file store, and the session's
 Ignite cluster) until a go record signed with its cluster's key, refusing a forged one, then running the task's
 module in-process as the record's attempt. Simulated: nothing is a pod here and the preload (TensorFlow's
-import) is left out; the pod path runs in tests/cluster/test_k8s_training.py (a restart on the warm pods) and
-bench/k8s_deployed.py --parts resume."""
+import) is left out; the pod path runs in tests/cluster/k8s/test_training.py (a restart on the warm pods) and
+bench/k8s/deployed.py --parts resume."""
 
 from __future__ import annotations
 

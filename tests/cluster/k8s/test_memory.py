@@ -45,7 +45,7 @@ def test_baseline_is_the_measured_file_with_its_provenance():
     # A sync cluster's other workers, which do not save the model, measured apart: never above the chief.
     assert base.peer_param_bytes == data["peer_param_bytes"] <= base.param_bytes
     assert base.copy_bytes_of(peer=True) == pytest.approx(data["peer_param_bytes"] / 4) and data["peer_param_bytes"] >= 16
-    assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/k8s_memory.py" in base.how
+    assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/k8s/memory.py" in base.how
     # Measured in pods: a process's resident set also counts TensorFlow's shared libraries (a pod's cgroup
     # is charged for them only as the first on its node, as reclaimable page cache).
     assert data["process_peak_mib"] > base.peak_mib + 200 and "bench/tf_baseline_memory.py" in data["process_how"]
@@ -57,7 +57,7 @@ def test_baseline_is_the_measured_file_with_its_provenance():
 
 
 def test_estimate_of_the_measured_models_is_their_peak_with_headroom():
-    """The two models the baseline was measured with (bench/k8s_memory.py: tabular_classifier with Adam, 16
+    """The two models the baseline was measured with (bench/k8s/memory.py: tabular_classifier with Adam, 16
     float features, batch 64): their estimates are never below the peaks recorded, and within the bench's goal
     (+25%)."""
     data = json.loads(files("ignite_tf").joinpath("resources", memory.BASELINE_FILE).read_text())
@@ -192,7 +192,7 @@ def _oomkilled_pod(name: str, limit: str):
 @pytest.mark.parametrize("resources", [{}, {"limits": {"memory": "368Mi"}}])
 def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_restart(resources, tmp_path):
     """The rule of ``PodBackend`` on an OOMKilled pod (the real kill and restart on the node:
-    tests/cluster/test_k8s_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
+    tests/cluster/k8s/test_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
     per attempt however many of its pods were killed; at a limit the user set, nothing changes."""
     from ignite_tf.cluster.k8s import objects
     from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
@@ -272,7 +272,7 @@ def test_a_replaced_pod_supervisor_keeps_a_limit_grown_after_an_oomkill(tmp_path
 
 def test_a_long_multi_worker_training_counts_its_steps_growth(ignite_conn):
     """Several workers: the estimate grows with the steps a worker trains (``--epochs`` x the largest shard over
-    the batch, or ``--steps-per-epoch``) at ``STEP_GROWTH_BYTES`` each, measured by bench/k8s_memory_growth.py;
+    the batch, or ``--steps-per-epoch``) at ``STEP_GROWTH_BYTES`` each, measured by bench/k8s/memory_growth.py;
     one worker, or a script without ``--epochs``, adds nothing. Real: the Ignite cache and its shard plans."""
     from ignite_tf.etl import load
     from ignite_tf.plan.partitions import PartitionMap

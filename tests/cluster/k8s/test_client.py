@@ -1,7 +1,7 @@
 """The pod supervisor's Kubernetes client from the launcher's connection variable, without Airflow.
 
 Real: the ``kubernetes`` package's configuration loading from a kubeconfig file on disk; nothing talks to a
-cluster (the live supervisor uses this client in every test of ``test_k8s_launcher.py``).
+cluster (the live supervisor uses this client in every test of ``test_launcher.py``).
 """
 
 from __future__ import annotations

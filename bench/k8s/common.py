@@ -22,7 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
+BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/
+# issue 37: the Kubernetes launcher's first step (new pods) at most 1.5x the local one's (k8s/startup.py, k8s/deployed.py)
+STARTUP_GOAL = 1.5
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 TIMEOUT_S = 900.0
 
@@ -78,11 +80,12 @@ def run_root(tmp: Path, kind: str) -> str:
 
 
 def job_dir_with(tmp: Path, name: str, *modules: str) -> Path:
-    """A job folder holding copies of the named bench modules (shipped to the tasks with the job)."""
+    """A job folder holding copies of the named bench modules (paths under bench/; shipped to the tasks with the
+    job, each by its own name)."""
     folder = tmp / name
     folder.mkdir(parents=True, exist_ok=True)
     for module in modules:
-        shutil.copy(BENCH_DIR / module, folder)
+        shutil.copy(BENCH_DIR / module, folder / Path(module).name)
     return folder
 
 

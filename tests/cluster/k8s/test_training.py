@@ -128,7 +128,7 @@ def test_team_pipeline_as_a_dag_run(deployed, tmp_path, monkeypatch, capfd, mode
         monkeypatch.syspath_prepend(str(team))
     folder = Path(settings.DAGS_FOLDER) / f"k8s_{uuid.uuid4().hex[:6]}"  # dag.test() runs the dags folder's DAGs
     (folder / "specs").mkdir(parents=True)
-    suite = Path(__file__).resolve().parents[2] / "dags" / "expectations" / "tabular.yaml"
+    suite = Path(__file__).resolve().parents[3] / "dags" / "expectations" / "tabular.yaml"
     training = {"mode": mode, **TOPOLOGY[mode][0], "entry_point": "team_model:build", "epochs": 2,
                 "batch_size": 32, "learning_rate": 0.02, "startup_deadline_s": 900,
                 "launcher": "kubernetes", "kubernetes": {"namespace": "${K8S_TEST_NAMESPACE}"}}

@@ -24,8 +24,8 @@ from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.state import Status
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 from ignite_tf.runstore import LAYOUT, RunStore
-from tests.cluster import test_k8s_training as training
-from tests.cluster.test_k8s_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
+from tests.cluster.k8s import test_training as training
+from tests.cluster.k8s.test_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import cluster_pods
 from tests.support.polling import wait_for

@@ -1,6 +1,6 @@
 """The Kubernetes launcher's settings, manifests and memory estimate, without a cluster (pure functions), and
 the settings' way from YAML and the CLI. The launcher itself runs on the local Kubernetes in
-test_k8s_launcher.py (simulated nodes) and test_k8s_training.py (the real node)."""
+test_launcher.py (simulated nodes) and test_training.py (the real node)."""
 
 from __future__ import annotations
 
