@@ -1,13 +1,11 @@
 """Input for ParameterServerStrategy scripts: the workers write their shards to local feeds, which the
-coordinator's ``dataset_fn`` reads on each worker (``ignite_tf.reader.feed``, ``ignite_tf.runtime.feed``)."""
+coordinator's ``dataset_fn`` reads on each worker (``ignite_tf.data.feed``)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ignite_tf.connection import IgniteConnectionConfig
+from ignite_tf.data.feed import ask_workers, feed_columns, feed_dataset_fn
 from ignite_tf.data.plan import load_plan
-from ignite_tf.data.rows import cache_columns
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 
@@ -35,7 +33,7 @@ def parameter_server_dataset_fn(batch_size: int, epochs: int, *, label_column: s
     than run dry; async workers take steps at their own pace, so which batches train is the coordinator's
     choice). Each file holds a worker's whole shard once, in ``batch_size`` blocks (the last one shorter).
     The workers are the cluster's ``ignite-tf start --mode async`` starts (their serve loop answers: see
-    ``ignite_tf.runtime.feed``); a worker restarted later finds its feed on disk. Disk per worker:
+    ``ignite_tf.data.feed``); a worker restarted later finds its feed on disk. Disk per worker:
     ``epochs x shard rows x (n_features + 1) x 4`` bytes.
 
     :param batch_size: rows per batch on each worker (a global batch: under ParameterServerStrategy a
@@ -48,14 +46,9 @@ def parameter_server_dataset_fn(batch_size: int, epochs: int, *, label_column: s
         yet, a worker that could not write its feed, or the timeout.
     """
     from ignite_tf.contract import read_tf_config
-    from ignite_tf.reader.feed import ask_workers, feed_dataset_fn
 
     plan = load_plan(plan, conn=conn)
-    names, label_name, dtypes, _ = cache_columns(plan, conn, label_column, features)
-    wrong = [n for n in [*names, label_name] if np.dtype(dtypes[n]).kind not in "fiub"]
-    if wrong:
-        raise ConfigError(f"column(s) {wrong} of cache '{plan.partition_map.cache}' are not numeric: the workers' "
-                          f"feeds hold float32 rows; pass features=[...] with numeric columns only")
+    names, label_name, label_dtype = feed_columns(plan, label_column, features, conn)
     workers = len((read_tf_config().get("cluster") or {}).get("worker") or [])
     if workers != plan.workers:
         raise ConfigError(f"TF_CONFIG lists {workers} workers but the shard plan has {plan.workers}: run the script "
@@ -63,5 +56,5 @@ def parameter_server_dataset_fn(batch_size: int, epochs: int, *, label_column: s
     request = {"batch_size": int(batch_size), "epochs": int(epochs), "label_column": label_name, "features": names,
                "shuffle_buffer": int(shuffle_buffer)}
     ask_workers(request, workers, timeout_s=timeout_s)
-    return feed_dataset_fn(n_features=len(names), label_dtype=dtypes[label_name], epochs=int(epochs))
+    return feed_dataset_fn(n_features=len(names), label_dtype=label_dtype, epochs=int(epochs))
 
