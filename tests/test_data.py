@@ -226,9 +226,11 @@ def test_epochs_dataset_reads_each_epochs_rows_and_is_built_once(ignite_conn, ig
 
     # Spies that count the calls and run the real functions.
     looked_up, opened = [], []
-    real_columns, real_blocks = itd.cache_columns, itd.blocks
-    monkeypatch.setattr(itd, "cache_columns", lambda *a, **k: looked_up.append(a) or real_columns(*a, **k))
-    monkeypatch.setattr(itd, "blocks", lambda *a, **k: opened.append(a[0]) or real_blocks(*a, **k))
+    from ignite_tf.data import datasets  # where epochs_dataset finds them
+
+    real_columns, real_blocks = datasets.cache_columns, datasets.blocks
+    monkeypatch.setattr(datasets, "cache_columns", lambda *a, **k: looked_up.append(a) or real_columns(*a, **k))
+    monkeypatch.setattr(datasets, "blocks", lambda *a, **k: opened.append(a[0]) or real_blocks(*a, **k))
     many = itd.epochs_dataset(50, range(200), **args)
     assert len(looked_up) == 1 and opened == []
     next(iter(many))

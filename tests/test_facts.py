@@ -114,10 +114,11 @@ def test_the_default_connection_id_imports_no_airflow():
 
 def test_one_shuffle_buffer_default():
     import ignite_tf.data as itd
-    from ignite_tf.runtime import feed, train
+    from ignite_tf.data import feed
+    from ignite_tf.runtime import inputs, train
 
     found = {f"{f.__module__}.{f.__name__}": default_of(f, "shuffle_buffer")
-             for f in (itd.dataset, itd.read_ahead, feed.sync_dataset, feed.write_feed, train.serve,
+             for f in (itd.dataset, itd.read_ahead, inputs.sync_dataset, feed.write_feed, train.serve,
                        train.train)}
     assert found == dict.fromkeys(found, DEFAULT_SHUFFLE_BUFFER)
     assert train.build_parser().parse_args(["--epochs", "1"]).shuffle_buffer == DEFAULT_SHUFFLE_BUFFER

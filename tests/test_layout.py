@@ -21,10 +21,6 @@ SOFT_LIMIT = 400
 WHOLE = {
     "ignite_tf.cluster.state": "the cluster's recorded state and the two stores that keep it (files, Ignite caches) "
                                "behind one interface: each store method has its counterpart in the other",
-    "ignite_tf.data": "the worker-side data API users import as one namespace (ignite_tf.data.dataset ...): "
-                      "plan lookup, block streams, tf.data wrapping and the read-ahead call one another "
-                      "through module names the tests patch; the block transforms and the read-ahead machinery "
-                      "already live in reader/",
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
     "ignite_tf.cluster.k8s.pods": "one class, PodBackend: the cluster's Kubernetes objects, its pods' start, "

@@ -46,10 +46,9 @@ def toy_cache(ignite_conn):
 def test_worker_answers_a_request_it_cannot_serve_with_the_error(toy_cache, ignite_conn, tmp_path, monkeypatch):
     """A worker that cannot write the requested feed answers with the error (the chief raises it, naming the
     worker) instead of leaving the chief waiting; a good request is answered with the rows of its shard."""
+    from ignite_tf.data.feed import ANSWER, REQUEST, answer, pending_request, request_text
     from ignite_tf.plan.partitions import PartitionMap
     from ignite_tf.plan.shards import ShardPlan
-    from ignite_tf.reader.feed import ANSWER, REQUEST, request_text
-    from ignite_tf.runtime.feed import answer, pending_request
 
     cache, _ = toy_cache
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2)
@@ -68,7 +67,7 @@ def test_worker_answers_a_request_it_cannot_serve_with_the_error(toy_cache, igni
 
 
 def test_ported_parameter_server_tutorial_reads_every_row_once_per_epoch(toy_cache, ignite_conn, tmp_path):
-    from ignite_tf.runtime.feed import read_feed
+    from ignite_tf.data.feed import read_feed
 
     cache, table = toy_cache
     cid = f"ps-tutorial-{uuid.uuid4().hex[:6]}"

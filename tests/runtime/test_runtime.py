@@ -127,8 +127,8 @@ def probe_model(n_features: int = 16, n_classes: int | None = None, learning_rat
     """
     import tensorflow as tf
 
+    from ignite_tf.data.feed import feed_dataset_fn
     from ignite_tf.models import tabular_classifier
-    from ignite_tf.runtime.feed import feed_dataset_fn
 
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(tf.distribute.get_strategy())
     per_worker = coordinator.create_per_worker_dataset(
@@ -152,7 +152,7 @@ def probe_model(n_features: int = 16, n_classes: int | None = None, learning_rat
 
 # -- no TensorFlow needed -----------------------------------------------------------------------------------
 def test_import_does_not_load_tensorflow():
-    code = ("import sys, ignite_tf.runtime.train, ignite_tf.runtime.feed, ignite_tf.models; "
+    code = ("import sys, ignite_tf.runtime.train, ignite_tf.runtime.inputs, ignite_tf.models; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -240,7 +240,8 @@ def test_tutorial_port_changes_fewer_than_ten_lines(tutorial):
 
 # -- feed of the async workers (in-process) ----------------------------------------------------------------
 def test_feed_is_exactly_the_worker_shard(tabular, ignite_conn, tmp_path, monkeypatch):
-    from ignite_tf.runtime.feed import feed_dataset_fn, read_feed, resume_point, write_feed
+    from ignite_tf.data.feed import feed_dataset_fn, read_feed, write_feed
+    from ignite_tf.runtime.inputs import resume_point
 
     plan, seen = tabular.plan, []
     for w in (0, 1):
@@ -281,7 +282,7 @@ def test_feed_is_exactly_the_worker_shard(tabular, ignite_conn, tmp_path, monkey
 
 
 def test_sync_dataset_reads_each_epochs_assignment_with_equal_steps(tabular, ignite_conn):
-    from ignite_tf.runtime.feed import sync_dataset
+    from ignite_tf.runtime.inputs import sync_dataset
 
     plan, steps, batch = tabular.plan, 7, 50
 
@@ -311,7 +312,7 @@ def test_builtin_classifier_takes_the_number_of_classes_from_the_label(ignite_co
     import tf_keras
 
     from ignite_tf.etl import load
-    from ignite_tf.runtime.feed import label_classes
+    from ignite_tf.runtime.inputs import label_classes
     from ignite_tf.runtime.train import train
 
     frame = demo_data.tabular(600, seed=2)
@@ -340,7 +341,7 @@ def test_builtin_classifier_takes_the_number_of_classes_from_the_label(ignite_co
 def test_resume_point_follows_tf_keras_rules(tmp_path):
     import tensorflow as tf
 
-    from ignite_tf.runtime.feed import resume_point
+    from ignite_tf.runtime.inputs import resume_point
 
     def backup(epoch: int, batch: int) -> Path:
         where = tmp_path / f"b{epoch}_{batch}"
@@ -430,7 +431,7 @@ def test_async_chief_two_workers_one_ps_each_worker_reads_its_own_feed(tabular, 
     assert (Path(spec.checkpoint_dir) / "model" / "saved_model.pb").exists()
     assert list((Path(spec.tensorboard_dir) / "train").glob("events.out.tfevents.*"))
 
-    from ignite_tf.runtime.feed import read_feed
+    from ignite_tf.data.feed import read_feed
 
     feeds = {}
     for w in (0, 1):

@@ -107,20 +107,20 @@ def test_training_reads_match_in_every_epoch_then_a_change_is_named(table, ignit
         f"values changed in f0, label. The model would train on rows no expectation checked"), str(failed.value)
 
     warned = _with_expected(plan, summary, OnDataChange.WARN.value)
-    import ignite_tf.data as itd
+    from ignite_tf.data import rows as data_rows  # where blocks() finds data_check
 
     checks = []
-    original = itd.data_check
+    original = data_rows.data_check
 
     def keep(p):
         checks.append(original(p))
         return checks[-1]
 
-    itd.data_check = keep
+    data_rows.data_check = keep
     try:
         rows = sum(len(b["id"]) for w in _train_reads(ignite_conn, warned, 0) for b in w)
     finally:
-        itd.data_check = original
+        data_rows.data_check = original
     assert rows == fp.to_dict()["rows"] - 1  # warn: the training went on, on the current rows
     changes = {c["partition"]: c for check in checks for c in check.changes}
     assert set(changes) == {changed, deleted}

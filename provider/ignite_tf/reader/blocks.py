@@ -3,7 +3,7 @@
 What ``ignite_tf.data`` does to the reader's blocks before tf.data sees them: fill nulls, shuffle within a
 block, join blocks into larger ones, cut them into batches, stack columns into a matrix. Plain NumPy over the
 reader's output (no Ignite, no TensorFlow), shared by the dataset API and the async feed
-(``ignite_tf.runtime.feed``), so it sits with the reader and not inside ``ignite_tf.data``.
+(``ignite_tf.data.feed``), so it sits with the reader and not inside ``ignite_tf.data``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The launcher starts each task as ``python -m ignite_tf.runtime --entry-point mod
 
 - sync mode (MultiWorkerMirroredStrategy): every worker trains; worker 0 is the chief;
 - async mode (ParameterServerStrategy): the ``chief`` trains (it is the coordinator); each ``worker`` writes
-  its shard into a local feed (see ``ignite_tf.runtime.feed``) and then serves; each ``ps`` serves.
+  its shard into a local feed (see ``ignite_tf.data.feed``) and then serves; each ``ps`` serves.
 
 ``train`` builds the model from the entry point (a function returning a COMPILED tf_keras model, called
 inside ``strategy.scope()``), trains it with ``BackupAndRestore`` (a restarted cluster resumes at the last
@@ -84,7 +84,7 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
           features: list[str] | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, join: bool = True):
     """Run this async worker's or parameter server's TF server (forever, unless ``join=False``).
 
-    Given ``epochs``, an async worker first writes its feed (``./feed``, see ``ignite_tf.runtime.feed``) for as
+    Given ``epochs``, an async worker first writes its feed (``./feed``, see ``ignite_tf.data.feed``) for as
     many epochs, so the runtime chief's dataset graph finds it when the server starts answering. That costs disk
     (``epochs x shard rows x (features + 1) x 4`` bytes) and start-up time before the server listens. Without
     ``epochs`` it is a TF server that also writes the feed a user's chief script asks for
@@ -96,7 +96,7 @@ def serve(*, epochs: int = 0, batch_size: int = DEFAULT_BATCH_SIZE, label_column
                           f"only async workers and ps tasks serve")
     answered = None
     if info.type == "worker":
-        from ignite_tf.runtime.feed import answer_requests, prepare_feed
+        from ignite_tf.data.feed import answer_requests, prepare_feed
 
         answered = prepare_feed(info.index, epochs, batch_size=batch_size, label=label_column, features=features,
                                 shuffle_buffer=shuffle_buffer, log=_log)
@@ -166,7 +166,7 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
     # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
     # by modules imported first, so the two threads never import side by side.
     import ignite_tf.reader.partition  # noqa: F401
-    import ignite_tf.runtime.feed  # noqa: F401
+    import ignite_tf.runtime.inputs  # noqa: F401
 
     ahead = read_ahead_plan(info, backup_dir, preloaded="tensorflow" in sys.modules)
     pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
@@ -198,9 +198,11 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
                                       epochs, info)
     offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
     model = model_in_scope(fn, strat, classes, offered)  # adds n_classes to offered
-    data = _dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
-                    label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
-                    start_step=start_step, shuffle_buffer=shuffle_buffer)
+    from ignite_tf.runtime.inputs import fit_dataset
+
+    data = fit_dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
+                       label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
+                       start_step=start_step, shuffle_buffer=shuffle_buffer)
     reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
     # Backup first: an epoch is reported only once it would survive a restart (its steps are counted before).
     callbacks = [reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
@@ -271,7 +273,7 @@ def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] 
     """(feature names, label name, label dtype); with ``read_ahead`` (True: in a child process, ``"thread"``:
     in a thread) also starts reading this task's first block of epoch 0 (``ignite_tf.data.read_ahead``)."""
     import ignite_tf.data as itd
-    from ignite_tf.runtime.feed import columns
+    from ignite_tf.runtime.inputs import columns
 
     names, label_name, label_dtype = columns(plan, label_column, features)
     if read_ahead:
@@ -281,7 +283,7 @@ def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] 
 
 
 def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
-    from ignite_tf.runtime.feed import label_classes
+    from ignite_tf.runtime.inputs import label_classes
 
     _, label, label_dtype = columns
     return label_classes(plan, label, label_dtype)
@@ -301,7 +303,7 @@ def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_
 
 def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: TaskInfo) -> tuple[int, int]:
     """(epoch, step) where ``fit`` resumes from BackupAndRestore's state in ``backup_dir`` ((0, 0): the start)."""
-    from ignite_tf.runtime.feed import resume_point
+    from ignite_tf.runtime.inputs import resume_point
 
     start_epoch, start_step = resume_point(backup_dir, steps, step_level=step_level)
     if start_epoch >= epochs:
@@ -310,21 +312,6 @@ def _resume(backup_dir: Path, steps: int, step_level: bool, epochs: int, info: T
     if start_epoch or start_step:
         _log(f"resuming at epoch {start_epoch + 1} step {start_step} from {backup_dir}", info)
     return start_epoch, start_step
-
-
-def _dataset(tf_keras, strat, info: TaskInfo, plan, *, batch_size: int, label: str, features: list[str],
-             label_dtype, epochs: int, steps: int, start_epoch: int, start_step: int, shuffle_buffer: int):
-    """What ``fit`` reads: the async chief the workers' feeds, every other trainer its own shard."""
-    from ignite_tf.runtime.feed import feed_dataset_fn, sync_dataset
-
-    if is_coordinator(info):
-        return tf_keras.utils.experimental.DatasetCreator(feed_dataset_fn(
-            n_features=len(features), label_dtype=label_dtype, epochs=epochs, start_epoch=start_epoch))
-    ending.quiet_device_datasets()
-    return strat.distribute_datasets_from_function(lambda ctx: sync_dataset(
-        plan=plan, batch_size=batch_size, label=label, features=features, epochs=epochs, steps=steps,
-        start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer,
-        input_context=ctx if info.type else None))
 
 
 def _log(message: str, info: TaskInfo | None = None) -> None:
