@@ -19,8 +19,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "provider" / "ignite_tf"
 SOFT_LIMIT = 400
 # Modules over SOFT_LIMIT, and why each is one concept (or what is splitting it).
 WHOLE = {
-    "ignite_tf.cluster.state": "the cluster's recorded state and the two stores that keep it (files, Ignite caches) "
-                               "behind one interface: each store method has its counterpart in the other",
     "ignite_tf.data": "the worker-side data API users import as one namespace (ignite_tf.data.dataset ...): "
                       "plan lookup, block streams, tf.data wrapping and the read-ahead call one another "
                       "through module names the tests patch; the block transforms and the read-ahead machinery "
