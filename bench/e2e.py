@@ -109,7 +109,7 @@ def direct_run(conn, dag, train_task, conf: dict, run_root: Path, index: int, qu
     """The DAG's training started with ``start_cluster()`` alone, with the arguments the operator passes it;
     waits for the cluster's final state."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
 
     op = direct_operator(dag, train_task, conf)
     job = op.job()

@@ -42,7 +42,7 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
     """One training of ``workers`` sync workers; ``run_root``: where its run lives (default a folder under
     ``root``), ``pass_env``: names of variables passed to the tasks (e.g. an object store's credentials)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import LocalStateStore, Status
+    from ignite_tf.state import LocalStateStore, Status
 
     launcher = make_launcher(conn, store=LocalStateStore(root / "state"))
     # --label (the runtime's alias of --label-column) is the flag older runtimes (--baseline) know too.

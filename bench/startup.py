@@ -155,7 +155,7 @@ def first_step(conn, workers: int, tmp: Path, provider: str | None = None, setti
     from ignite_tf_dev.ignite.cluster import pid_alive
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import LocalStateStore, Status
+    from ignite_tf.state import LocalStateStore, Status
 
     root = tmp / f"w{workers}{'-baseline' if provider else ''}-{label or 'default'}".replace(" ", "-")
     mark = root / "first_step"

@@ -19,8 +19,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "provider" / "ignite_tf"
 SOFT_LIMIT = 400
 # Modules over SOFT_LIMIT, and why each is one concept (or what is splitting it).
 WHOLE = {
-    "ignite_tf.cluster.state": "the cluster's recorded state and the two stores that keep it (files, Ignite caches) "
-                               "behind one interface: each store method has its counterpart in the other",
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
     "ignite_tf.cluster.k8s.pods": "one class, PodBackend: the cluster's Kubernetes objects, its pods' start, "

@@ -76,7 +76,7 @@ def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, setting
 
     from ignite_tf.cluster.api import make_launcher, start_cluster
     from ignite_tf.cluster.k8s.memory import estimate
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
 
     the_job = job(hidden, epochs, job_dir_with(tmp, f"job-{kind}-{size}-{round_}", "memory_model.py"))
     est = estimate(the_job, plan, conn=conn)

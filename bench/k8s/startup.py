@@ -91,8 +91,8 @@ def one(conn, kind: str, tmp: Path, kubernetes: dict | None, run_root: str | Non
     """One launch of ``kind`` (``local`` or ``kubernetes``) and its moments."""
     from ignite_tf import timeline
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import Status
     from ignite_tf.runstore import is_remote
+    from ignite_tf.state import Status
 
     job_dir = Path(tempfile.mkdtemp(prefix=f"job-{kind}-", dir=tmp))
     shutil.copy(BENCH_DIR / "startup_model.py", job_dir)

@@ -203,7 +203,7 @@ def _k8s_settings(args) -> dict:
 
 def cmd_start(args, conn) -> int:
     from ignite_tf.cluster.api import start_cluster
-    from ignite_tf.cluster.state import ExitCode
+    from ignite_tf.state import ExitCode
 
     launcher = _launcher(conn, args)
     job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}

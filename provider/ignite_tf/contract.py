@@ -88,7 +88,7 @@ ENV_TF_CONFIG = "TF_CONFIG"
 PER_TASK_ENV = (ENV_TF_CONFIG, ENV_ATTEMPT, ENV_PROGRESS_FILE)
 """What differs between the environments of one cluster's tasks."""
 
-# The state store the supervisor records to and the chief reports epochs to (``ignite_tf.cluster.state``).
+# The state store the supervisor records to and the chief reports epochs to (``ignite_tf.state``).
 ENV_STATE_STORE = "IGNITE_TF_STATE_STORE"
 """``local`` (JSON files in ``IGNITE_TF_CLUSTER_STATE``) or ``ignite`` (the connection's system caches)."""
 ENV_STATE_DIR = "IGNITE_TF_CLUSTER_STATE"

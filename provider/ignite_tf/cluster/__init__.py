@@ -1,1 +1,2 @@
-"""The TensorFlow cluster: spec (who runs where), state (what is running), launchers and the supervisor."""
+"""The TensorFlow cluster: spec (who runs where), launchers and the supervisor. What is running is recorded in
+the state store, :mod:`ignite_tf.state`."""

@@ -11,13 +11,13 @@ from typing import Any
 from ignite_tf.cluster.environment import parse_env, pass_through
 from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
 from ignite_tf.cluster.spec import build_spec, check_cluster_id, new_cluster_id
-from ignite_tf.cluster.state import ClusterState, StateStore, Status, open_store
 from ignite_tf.cluster.supervision import RestartPolicy, Supervision
 from ignite_tf.contract import Mode
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore import LAYOUT, RunStore, is_remote
 from ignite_tf.runstore import code as shipping
 from ignite_tf.runstore.layout import RunFolder, default_run_root, staging_dir
+from ignite_tf.state import ClusterState, StateStore, Status, open_store
 
 __all__ = ["RunFolder", "default_run_root", "make_launcher", "prepare_job_dir", "start_cluster"]
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.cluster.state import ClusterState, StateStore, Status, store_to_env
 from ignite_tf.cluster.supervision import processes
 from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.runstore import LAYOUT, RunStore, is_remote
 from ignite_tf.runstore.credentials import credentials_env, storage_options
+from ignite_tf.state import ClusterState, StateStore, Status, store_to_env
 
 
 class LauncherKind(StrEnum):

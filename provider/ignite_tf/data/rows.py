@@ -102,9 +102,8 @@ def report_reads(reader, plan: ShardPlan, worker: int, epoch: int) -> dict | Non
     measurement must not fail the training. Returns the record (None when nothing was read)."""
     import logging
 
-    from ignite_tf.cluster.state import store_from_env
-    from ignite_tf.contract import ENV_CLUSTER_ID
     from ignite_tf.reader.locality import ENV_NODE_NAME
+    from ignite_tf.state.reports import TaskReports
 
     if not reader.stats["rows_per_node"]:
         return None
@@ -120,12 +119,10 @@ def report_reads(reader, plan: ShardPlan, worker: int, epoch: int) -> dict | Non
         if check is not None:
             record["data_check"] = {"tasks_checked": check.checked, "changes": check.changes,
                                     "on_data_change": check.on_change.value}
-        cluster_id, store = os.environ.get(ENV_CLUSTER_ID), store_from_env()
-        if cluster_id and store is not None:
-            try:
-                store.add_reads(cluster_id, worker, epoch, record)
-            finally:
-                store.close()
+        reports = TaskReports.from_env()
+        if reports is not None:
+            with reports:
+                reports.reads(worker, epoch, record)
         return record
     except Exception as exc:  # noqa: BLE001 - see the docstring
         logging.getLogger(__name__).warning("could not record the reads of epoch %d: %s", epoch, exc)

@@ -4,19 +4,18 @@
 
 An evaluation is ``{rows, metrics, production_metrics, production: {version, error}, split, ...}``: printed as
 one line, written beside the model (``ignite_tf_evaluation.json``), recorded in the cluster state
-(``StateStore.set_evaluation``), from where the training operator's result, the page and the publish gate take it.
+(``TaskReports.evaluation``), from where the training operator's result, the page and the publish gate take it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ignite_tf.contract import ENV_CLUSTER_ID, is_chief
+from ignite_tf.contract import is_chief
 from ignite_tf.reader.blocks import filled
 from ignite_tf.reader.tasks import ReadTask
 
@@ -47,16 +46,15 @@ def report(evaluation: dict[str, Any], model_dir: str | None = None, log=print) 
     log(describe(evaluation))
     if model_dir:
         (Path(model_dir) / EVALUATION_FILE).write_text(json.dumps(evaluation))
-    from ignite_tf.cluster.state import store_from_env
+    from ignite_tf.state.reports import TaskReports
 
-    cluster_id, store = os.environ.get(ENV_CLUSTER_ID), store_from_env()
-    if cluster_id and store is not None:
-        try:
-            store.set_evaluation(cluster_id, evaluation)
-        except Exception as exc:  # noqa: BLE001
-            log(f"warning: could not record the held-out evaluation in {store.describe()}: {exc}")
-        finally:
-            store.close()
+    reports = TaskReports.from_env()
+    if reports is not None:
+        with reports:
+            try:
+                reports.evaluation(evaluation)
+            except Exception as exc:  # noqa: BLE001
+                log(f"warning: could not record the held-out evaluation in {reports.describe()}: {exc}")
 
 
 def describe(evaluation: dict[str, Any]) -> str:

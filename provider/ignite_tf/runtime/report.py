@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ignite_tf import contract, timeline
-from ignite_tf.contract import ENV_ATTEMPT, ENV_CLUSTER_ID
+from ignite_tf.contract import ENV_ATTEMPT
 
 if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
@@ -41,16 +41,15 @@ class EpochReporter:
             data_class=summary_pb2.DATA_CLASS_SCALAR)
         self.last: dict[str, Any] = {}
         self._t0 = time.monotonic()
-        self._store = self._writer = None
+        self._reports = self._writer = None
         self._epoch = 0
         self._stepped = False
         self._batch, self._batch_logs, self._ended = -1, None, -1  # the last batch seen, the last epoch ended
         self.epochs_run = 0  # epochs this task trained (a restart trains only those not backed up)
-        self._cluster_id = os.environ.get(ENV_CLUSTER_ID)
-        if info.is_chief and self._cluster_id:
-            from ignite_tf.cluster.state import store_from_env
+        if info.is_chief:
+            from ignite_tf.state.reports import TaskReports
 
-            self._store = store_from_env()
+            self._reports = TaskReports.from_env()
 
     def callback(self, tf_keras):
         """This reporter as a tf_keras callback (after the backup's: an epoch is reported once it is backed up)."""
@@ -132,10 +131,10 @@ class EpochReporter:
         self._writer.flush()
 
     def report_to_state(self, epoch: int, metrics: dict[str, Any]) -> None:
-        if self._store is None:
+        if self._reports is None:
             return
         try:
-            self._store.add_epoch(self._cluster_id, metrics)
+            self._reports.epoch(metrics)
         except Exception as exc:  # noqa: BLE001 - metrics must never stop training
-            print(f"warning: could not report epoch {epoch + 1} to {self._store.describe()}: {exc}",
+            print(f"warning: could not report epoch {epoch + 1} to {self._reports.describe()}: {exc}",
                   file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ def launcher_for(ignite_conn_id: str | None, state_dir: str | None = None, run_s
     """The launcher of the clusters whose state the connection's Ignite holds (``state_dir``: a local store);
     it reads an object-store run (the chief's log) with ``run_store_conn_id``'s credentials."""
     from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import LocalStateStore
+    from ignite_tf.state import LocalStateStore
 
     conn = None
     if ignite_conn_id:
@@ -35,7 +35,7 @@ def watcher_of(context, task_id: str) -> str:
 
 def event_for(state, launcher) -> dict[str, Any]:
     """The trigger's event for a cluster that has ended (or lost its supervisor)."""
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
 
     ok = state.status is Status.SUCCEEDED
     reason = state.reason or ("supervisor lost" if not state.status.final else state.status.value)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.launcher import LauncherKind
-from ignite_tf.cluster.state import ClusterState
 from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.state import ClusterState
 from ignite_tf.ui.charts import line_chart
 
 # Epoch keys that are bookkeeping, not curves.

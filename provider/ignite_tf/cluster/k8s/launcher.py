@@ -32,9 +32,9 @@ from ignite_tf.cluster.k8s import client, objects, pods, standby, supervisor
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.cluster.state import ClusterState, LocalStateStore, StateStore, store_to_env
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.layout import RunFolder
+from ignite_tf.state import ClusterState, LocalStateStore, StateStore, store_to_env
 
 STATE_TIMEOUT_S = 180.0  # the pod supervisor imports Airflow's Kubernetes hook before its first record
 

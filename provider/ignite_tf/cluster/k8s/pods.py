@@ -41,7 +41,6 @@ from ignite_tf.cluster.k8s.podlogs import PodLogs
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
-from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend, SetupError
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
@@ -55,6 +54,7 @@ from ignite_tf.contract import (
 )
 from ignite_tf.runstore import LAYOUT, RunFolder, RunStore
 from ignite_tf.runstore.credentials import environment_credentials
+from ignite_tf.state import ExitCode, store_from_env
 
 MODULE = "ignite_tf.cluster.k8s.pods"  # ``python -m`` this: the pod supervisor
 LIST_EVERY_S = 0.5

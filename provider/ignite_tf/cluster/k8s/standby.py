@@ -265,7 +265,7 @@ def wait_for_go(generation: int, cluster_id: str, key: str, store=None) -> int |
     """The attempt handed to this pod's ``generation`` by a go record signed with ``key``, read from the state
     store; None when the cluster ended first. A record not signed with ``key`` is refused (said once each)."""
     if store is None:
-        from ignite_tf.cluster.state import store_from_env
+        from ignite_tf.state import store_from_env
 
         store = store_from_env()
     if store is None:

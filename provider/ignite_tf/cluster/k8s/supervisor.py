@@ -37,9 +37,9 @@ from typing import Any
 from ignite_tf.cluster.k8s import objects, placement
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import ClusterSpec
-from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, store_from_env
 from ignite_tf.contract import ENV_STATE_STORE
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.state import ClusterState, ExitCode, StateStore, store_from_env
 
 MODULE = "ignite_tf.cluster.k8s.supervisor"
 SERVICE_ACCOUNT = "ignite-tf-supervisor"

@@ -7,9 +7,9 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
-from ignite_tf.cluster.state import ClusterState
 from ignite_tf.cluster.supervision.policy import Observation
 from ignite_tf.contract import read_progress
+from ignite_tf.state import ClusterState
 
 
 class SetupError(Exception):

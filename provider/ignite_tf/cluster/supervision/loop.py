@@ -26,11 +26,11 @@ from pathlib import Path
 
 from ignite_tf import timeline
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
-from ignite_tf.cluster.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
+from ignite_tf.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 
 HEARTBEAT_S = 2.0
 STORE_POLL_S = 0.25  # a stop request (``ignite-tf stop``, on_kill, from any host) is seen this fast

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role
-from ignite_tf.cluster.state import ClusterState, ExitCode, Status, TaskStatus
 from ignite_tf.cluster.supervision.settings import RestartPolicy
 from ignite_tf.contract import silent_for
+from ignite_tf.state import ClusterState, ExitCode, Status, TaskStatus
 
 # Statuses from here up are retryable under ``exit-code`` (Kubeflow's TFJob draws the line at 128 too).
 RETRYABLE_STATUS = 128

@@ -34,7 +34,6 @@ from ignite_tf.cluster.commands import task_command, task_cwd
 from ignite_tf.cluster.environment import minimal_env
 from ignite_tf.cluster.procs import own_group_dying_with, signal_group
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
-from ignite_tf.cluster.state import ExitCode, store_from_env
 from ignite_tf.cluster.supervision.backend import Backend
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import Observation
@@ -42,6 +41,7 @@ from ignite_tf.contract import ENV_STATE_STORE, TASKBOOT_DIR
 from ignite_tf.ports import listening
 from ignite_tf.runstore import RunStore, code
 from ignite_tf.runstore.credentials import CREDENTIAL_NAMES
+from ignite_tf.state import ExitCode, store_from_env
 
 MODULE = "ignite_tf.cluster.supervision.processes"  # ``python -m`` this: the local supervisor
 
