@@ -127,7 +127,7 @@ def test_k8s_deployed_bench_killed_leaves_nothing(ignite_conn, k8s_cluster, k8s_
 
     from ignite_tf.cluster.api import make_launcher
     from ignite_tf.cluster.k8s import objects
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
     from tests.support.polling import wait_for
 
     core, ns = k8s_cluster.core, k8s_namespace

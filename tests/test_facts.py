@@ -61,7 +61,7 @@ def test_every_path_under_the_home_folder_follows_ignite_tf_home(tmp_path):
 import json
 from ignite_tf.cluster.bytecode import pycache_dir
 from ignite_tf.runstore.layout import default_run_root
-from ignite_tf.cluster.state import default_state_dir
+from ignite_tf.state import default_state_dir
 from ignite_tf.defaults import default_registry_root
 from ignite_tf_dev.ignite.__main__ import default_state_dir as local_ignite_dir
 from ignite_tf_dev.k8s.layout import K8S_HOME

@@ -16,8 +16,8 @@ import pytest
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.commands import task_command
 from ignite_tf.cluster.spec import ClusterSpec, Role, build_spec, cluster_id_from
-from ignite_tf.cluster.state import LOST_AFTER_S, ExitCode, LocalStateStore, Status
 from ignite_tf.errors import ConfigError
+from ignite_tf.state import LOST_AFTER_S, ExitCode, LocalStateStore, Status
 from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes
 from tests.support.polling import wait_for
 
@@ -234,6 +234,6 @@ def test_local_store_fallback_and_idempotent_launch(ignite_conn, data_cache, run
     assert second.supervisor_pid == first.supervisor_pid
     wait_for(lambda: launcher.status("same-id").status is Status.RUNNING, what="cluster running")
     assert len(cluster_processes("same-id", first.run_dir)) == 2  # one supervisor + one task, not two clusters
-    assert (tmp_path / "state" / "same-id.json").exists()
+    assert (tmp_path / "state" / "clusters" / "same-id").is_file()
     launcher.stop("same-id")
     assert_nothing_left("same-id", first.run_dir)

@@ -17,11 +17,11 @@ from ignite_tf_dev import demo_data
 from ignite_tf.cluster import forkserver
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.forkserver import ForkServer
-from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.errors import CacheNotFoundError, ConfigError
 from ignite_tf.etl import load
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.runstore.layout import RunFolder
+from ignite_tf.state import LocalStateStore, Status
 from tests.support.clusters import assert_nothing_left, cluster_processes
 from tests.support.polling import wait_for
 

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
-from ignite_tf.cluster.state import LOST_AFTER_S, ClusterState, LocalStateStore, Status
 from ignite_tf.operators.links import cluster_id_of, first_try_of
+from ignite_tf.state import LOST_AFTER_S, ClusterState, LocalStateStore, Status
 from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left, cluster_processes
 from tests.support.polling import wait_for
 

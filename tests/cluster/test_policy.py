@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import pytest
 
 from ignite_tf.cluster.spec import build_spec
-from ignite_tf.cluster.state import ClusterState, ExitCode, LocalStateStore, Status, TaskState, TaskStatus
 from ignite_tf.cluster.supervision.backend import Backend
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import AllUp, Finish, GoOn, Observation, Policy, Restart
+from ignite_tf.state import ClusterState, ExitCode, LocalStateStore, Status, TaskState, TaskStatus
 
 SIGKILL = -9
 

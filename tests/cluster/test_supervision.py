@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
-from ignite_tf.cluster.state import ExitCode, Status
+from ignite_tf.state import ExitCode, Status
 from tests.support.clusters import JOBS, PORTJOB, assert_nothing_left
 from tests.support.polling import wait_for
 

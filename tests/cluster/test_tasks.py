@@ -21,9 +21,9 @@ from ignite_tf.cli import build_parser, connection
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.environment import minimal_env, needed_by_runtime, parse_env
 from ignite_tf.cluster.spec import ClusterSpec, build_spec
-from ignite_tf.cluster.state import LOST_AFTER_S, Status
 from ignite_tf.connection import DEFAULT_ADDRESS
 from ignite_tf.errors import ConfigError
+from ignite_tf.state import LOST_AFTER_S, Status
 from tests.support.clusters import JOBS, assert_nothing_left
 from tests.support.polling import wait_for
 

@@ -12,7 +12,6 @@ import pytest
 
 import ignite_tf.data as itd
 from ignite_tf.cluster.api import make_launcher, start_cluster
-from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.contract import ENV_PRODUCTION_MODEL
 from ignite_tf.evaluation.heldout import EVALUATION_FILE, read_held_out
 from ignite_tf.plan.partitions import PartitionMap
@@ -20,6 +19,7 @@ from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.plan.split import EvaluationSplit
 from ignite_tf.registry.gate import BlessingGate
 from ignite_tf.registry.publish import ModelRegistry
+from ignite_tf.state import LocalStateStore, Status
 
 CACHE = "heldout_tabular"
 NO_F3 = "heldout_tabular_no_f3"
@@ -143,8 +143,8 @@ def test_a_user_script_gets_its_evaluation_slice_and_reports_one_line(cache, ign
 
     import tensorflow as tf
 
-    from ignite_tf.cluster.state import ClusterState
     from ignite_tf.contract import ENV_CLUSTER_ID, ENV_STATE_DIR, ENV_STATE_STORE
+    from ignite_tf.state import ClusterState
 
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache), 2, evaluation=0.2, evaluation_seed=7)
     held = len(read_held_out(plan, ignite_conn)["id"])

@@ -176,7 +176,7 @@ def test_killing_the_task_stops_the_cluster(handwritten_run):
     from airflow.sdk.exceptions import TaskDeferred
 
     from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
 
     dag, _, _ = handwritten_run
     op = direct_operator(epochs=50)

@@ -106,7 +106,7 @@ def test_a_new_trigger_instance_continues_the_log_where_the_last_one_stopped(cac
 
 
 def test_watch_offsets_are_per_watcher_and_go_with_the_cluster(tmp_path, airflow_conn):
-    from ignite_tf.cluster.state import IgniteStateStore, LocalStateStore
+    from ignite_tf.state import IgniteStateStore, LocalStateStore
 
     for store in (LocalStateStore(tmp_path / "state"), IgniteStateStore(airflow_conn)):
         cluster_id = f"c-{uuid.uuid4().hex[:8]}"
@@ -122,8 +122,8 @@ def test_watch_offsets_are_per_watcher_and_go_with_the_cluster(tmp_path, airflow
 
 def test_a_sensor_only_watches_and_the_launching_task_owns(cache, airflow_conn):
     from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import Status
     from ignite_tf.sensors.tf_cluster import TFClusterSensor
+    from ignite_tf.state import Status
 
     launcher = make_launcher(airflow_conn)
     op = line_operator(cache, lines=600, wait_for_completion=False)
@@ -150,7 +150,7 @@ def test_a_deferral_timeout_stops_the_cluster_the_task_launched(cache, airflow_c
     from airflow.sdk.exceptions import TaskDeferralTimeout
 
     from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
 
     launcher = make_launcher(airflow_conn)
     op = line_operator(cache, lines=600, execution_timeout=timedelta(minutes=10))
@@ -260,7 +260,7 @@ def test_execution_timeout_stops_the_cluster_the_task_waits_for(cache, airflow_c
     from pathlib import Path
 
     from ignite_tf.cluster.api import make_launcher
-    from ignite_tf.cluster.state import Status
+    from ignite_tf.state import Status
     from tests.support.airflow import xcoms
 
     path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "test_execution_timeout_dag.py"

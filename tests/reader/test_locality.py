@@ -25,7 +25,6 @@ from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects, placement
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, Placement
 from ignite_tf.cluster.spec import build_spec
-from ignite_tf.cluster.state import ClusterState, IgniteStateStore, LocalStateStore, Status, store_to_env
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.contract import ENV_CLUSTER_ID
 from ignite_tf.plan.partitions import PartitionMap
@@ -34,6 +33,7 @@ from ignite_tf.reader import partition as reader_module
 from ignite_tf.reader import servers
 from ignite_tf.reader.locality import ENV_NODE_NAME, combine, is_this_host, measure
 from ignite_tf.reader.partition import PartitionReader
+from ignite_tf.state import ClusterState, IgniteStateStore, LocalStateStore, Status, store_to_env
 from ignite_tf.ui import page, views
 from tests.support.clusters import assert_nothing_left
 from tests.support.sql import create_table, sql

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
-from ignite_tf.cluster.state import Status
 from ignite_tf.runstore import LAYOUT
+from ignite_tf.state import Status
 from tests.support.polling import wait_for
 
 CACHE = "runstore_tabular"

@@ -104,7 +104,7 @@ def test_an_aws_connection_reaches_the_store_and_the_supervisor_but_nothing_writ
 
     from ignite_tf.cluster.launcher import LocalLauncher
     from ignite_tf.cluster.spec import build_spec
-    from ignite_tf.cluster.state import LocalStateStore
+    from ignite_tf.state import LocalStateStore
 
     creds = object_store.env()
     for name in creds:
@@ -142,9 +142,9 @@ def test_the_sensor_reads_a_failed_remote_runs_tail_with_its_connection(s3_bucke
     import pytest
     from airflow.sdk.exceptions import AirflowException
 
-    from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
     from ignite_tf.contract import ENV_STATE_DIR
     from ignite_tf.sensors.tf_cluster import TFClusterSensor
+    from ignite_tf.state import ClusterState, LocalStateStore, Status
 
     creds = object_store.env()
     url = f"s3://{s3_bucket}/runs/sensed"

@@ -26,11 +26,11 @@ from ignite_tf_dev import demo_data
 import ignite_tf.data as itd
 from ignite_tf.cluster.procs import die_with_parent, pid_alive
 from ignite_tf.cluster.spec import build_spec
-from ignite_tf.cluster.state import LocalStateStore, store_to_env
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
+from ignite_tf.state import LocalStateStore, store_to_env
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

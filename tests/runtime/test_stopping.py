@@ -21,11 +21,11 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.spec import build_spec
-from ignite_tf.cluster.state import LocalStateStore, Status
 from ignite_tf.contract import STOPPED_EXIT_CODE, TASKBOOT_DIR, read_progress
 from ignite_tf.plan.partitions import PartitionMap
 from ignite_tf.plan.shards import ShardPlan
 from ignite_tf.runstore import RunFolder
+from ignite_tf.state import LocalStateStore, Status
 from tests.runtime.test_runtime import LocalTasks, epochs_of, runtime_command, tabular  # noqa: F401 - fixture
 from tests.runtime.test_training import cache, job  # noqa: F401 - fixture
 from tests.support.clusters import assert_nothing_left
@@ -255,11 +255,11 @@ def test_a_save_on_sigterm_at_an_epochs_last_step_reports_that_epoch(tmp_path, m
     save at an epoch's last step ends the task before ``on_epoch_end``, and the restart resumes at the next epoch,
     so the epoch is reported then, with the last batch's logs (real TensorFlow tensors, a real file state store);
     at any other step nothing is, and an epoch already reported is not reported twice."""
-    from ignite_tf.cluster.state import store_to_env
     from ignite_tf.contract import ENV_CLUSTER_ID, Mode
     from ignite_tf.runtime.report import EpochReporter
     from ignite_tf.runtime.start import import_tf
     from ignite_tf.runtime.task import TaskInfo
+    from ignite_tf.state import store_to_env
 
     tf = import_tf()
     store = LocalStateStore(tmp_path / "state")

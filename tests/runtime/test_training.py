@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from ignite_tf.cluster.api import make_launcher, start_cluster
-from ignite_tf.cluster.state import ExitCode, LocalStateStore, Status
+from ignite_tf.state import ExitCode, LocalStateStore, Status
 from tests.support.clusters import assert_nothing_left
 from tests.support.polling import wait_for
 

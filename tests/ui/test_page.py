@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status, TaskState
 from ignite_tf.errors import ConfigError
+from ignite_tf.state import ClusterState, LocalStateStore, Status, TaskState
 from ignite_tf.ui import page
 from ignite_tf.ui.charts import line_chart
 from ignite_tf.ui.tensorboard import command, logdirs, tensorboard_url

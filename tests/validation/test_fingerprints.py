@@ -135,7 +135,7 @@ def test_run_fails_when_rows_change_between_the_gate_and_training(ignite_conn, r
     """The gate passed; then rows change; the TensorFlow cluster (a sync worker, a real process under the
     supervisor) reading them fails naming the partition, at once (not restarted: the data would differ again)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.cluster.state import LocalStateStore, Status
+    from ignite_tf.state import LocalStateStore, Status
 
     name, plan, summary = _validated_table(ignite_conn)
     plan = ShardPlan.build(plan.partition_map, 1, seed=1)  # validated on 2 shards, trained on 1: same partitions

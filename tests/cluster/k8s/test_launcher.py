@@ -19,8 +19,8 @@ from ignite_tf_dev.k8s import cluster as local_k8s
 
 from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.k8s import objects, standby
-from ignite_tf.cluster.state import ExitCode, Status
 from ignite_tf.plan.shards import ShardPlan
+from ignite_tf.state import ExitCode, Status
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import (
     GRACE_S,

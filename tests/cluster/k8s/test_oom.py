@@ -21,9 +21,9 @@ from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
 from ignite_tf.cluster.k8s.pods import OOM_GROWTH
-from ignite_tf.cluster.state import Status
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.runstore import RunStore
+from ignite_tf.state import Status
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import use_local_k8s, wait_final
 from tests.support.polling import wait_for

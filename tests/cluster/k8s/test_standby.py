@@ -16,9 +16,9 @@ import pytest
 
 from ignite_tf.cluster.k8s import standby
 from ignite_tf.cluster.k8s.settings import KubernetesSettings
-from ignite_tf.cluster.state import ClusterState, LocalStateStore, Status
 from ignite_tf.contract import ENV_RUN_STORE, ENV_STATE_DIR, ENV_STATE_STORE
 from ignite_tf.errors import ConfigError
+from ignite_tf.state import ClusterState, LocalStateStore, Status
 from tests.support.polling import wait_for
 
 PROBE = """import os, sys
@@ -29,7 +29,7 @@ sys.exit(3)
 WAITER = """import os
 
 from ignite_tf.cluster.k8s import standby
-from ignite_tf.cluster.state import store_from_env
+from ignite_tf.state import store_from_env
 
 
 class Reads:
@@ -106,7 +106,7 @@ def test_a_standby_takes_only_its_generations_go_signed_with_its_clusters_key(ki
     state in the session's real Ignite caches, the forger another client of its own."""
     import uuid
 
-    from ignite_tf.cluster.state import IgniteStateStore
+    from ignite_tf.state import IgniteStateStore
 
     cluster_id = f"sb-{uuid.uuid4().hex[:8]}"
     if kind == "local":
@@ -193,7 +193,7 @@ def test_a_poll_of_the_state_alone_leaves_the_records_out(kind, tmp_path, ignite
     without the epochs and reads that a full ``get`` reads besides (real Ignite caches for ``ignite``)."""
     import uuid
 
-    from ignite_tf.cluster.state import IgniteStateStore
+    from ignite_tf.state import IgniteStateStore
 
     store = LocalStateStore(tmp_path / "state") if kind == "local" else IgniteStateStore(ignite_conn)
     cluster_id = f"sb-{uuid.uuid4().hex[:8]}"

@@ -21,9 +21,9 @@ import pytest
 
 from ignite_tf.cluster.api import make_launcher
 from ignite_tf.cluster.k8s import objects
-from ignite_tf.cluster.state import Status
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.state import Status
 from tests.cluster.k8s import test_training as training
 from tests.cluster.k8s.test_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
 from tests.support.clusters import assert_nothing_left

@@ -27,9 +27,9 @@ from ignite_tf_dev.k8s import addons as local_k8s_addons
 
 from ignite_tf.cluster.api import make_launcher
 from ignite_tf.cluster.k8s import startfiles
-from ignite_tf.cluster.state import Status
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.runstore import LAYOUT, RunStore
+from ignite_tf.state import Status
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import use_local_k8s
 from tests.support.polling import wait_for
