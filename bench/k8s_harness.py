@@ -147,7 +147,8 @@ class CgroupCpu:
 
     def __init__(self, core, groups: dict[str, tuple[str, str]], every_s: float = 0.1):
         self.core, self.groups, self.every_s = core, groups, every_s
-        self.samples: dict[tuple[str, str], list[tuple[float, float, int]]] = {}  # (group, pod) -> (wall, CPU-s, throttled)
+        # (group, pod) -> (wall, CPU-s, throttled)
+        self.samples: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cgroup-cpu", daemon=True)
 

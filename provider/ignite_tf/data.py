@@ -183,7 +183,8 @@ def blocks(epoch: int = 0, *, batch_size: int = 1024, worker: int | None = None,
 
 
 @_label_renamed
-def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None, features: list[str] | None = None,
+def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None,
+            features: list[str] | None = None,
             stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
             conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
             seed: int | None = None,
@@ -225,9 +226,9 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None 
     """
     import tensorflow as tf
 
-    part = _epoch_part(tf, batch_size, range(epoch, epoch + 1), label_column=label_column, features=features, stack=stack,
-                       worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer, seed=seed,
-                       page_size=page_size, include_key=include_key, block_rows=block_rows,
+    part = _epoch_part(tf, batch_size, range(epoch, epoch + 1), label_column=label_column, features=features,
+                       stack=stack, worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer,
+                       seed=seed, page_size=page_size, include_key=include_key, block_rows=block_rows,
                        drop_remainder=drop_remainder, input_context=input_context)
     ds = part(epoch).with_options(_options(tf))
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
@@ -262,7 +263,8 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
-def _epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None = None, features: list[str] | None = None,
+def _epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None = None,
+                features: list[str] | None = None,
                 stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
                 conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                 seed: int | None = None,
@@ -281,8 +283,8 @@ def _epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None 
                                   f"drop_remainder=True it would yield no batch; use a smaller batch_size or "
                                   f"fewer workers, or pass drop_remainder=False")
     first = epochs[0]
-    head = HeadStart.take(_ahead_key(plan, conn, first, index, batch_size, label_column, features, stack, shuffle_buffer,
-                                     seed, page_size, block_rows, include_key))
+    head = HeadStart.take(_ahead_key(plan, conn, first, index, batch_size, label_column, features, stack,
+                                     shuffle_buffer, seed, page_size, block_rows, include_key))
     names, label_name, dtypes, layout = head.columns if head else \
         cache_columns(plan, conn, label_column, features, include_key)
     read_columns, decode_stack = _read_columns(plan, names, label_name, stack)
@@ -359,8 +361,8 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label_column: str | No
     """
     plan = load_plan(plan, conn=conn)
     index = worker if worker is not None else worker_index()
-    key = _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
-                     block_rows, include_key)
+    key = _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed,
+                     page_size, block_rows, include_key)
     args = (plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
             block_rows, include_key)
     if process:
@@ -393,8 +395,8 @@ def drop_read_ahead() -> None:
 
 def _ahead_key(plan, conn, epoch, index, batch_size, label_column, features, *rest) -> tuple:
     """What a ``dataset`` call must share with a ``read_ahead`` to start from its block (plan, conn: the objects)."""
-    return (id(plan), id(conn), epoch, index, batch_size, label_column, tuple(features) if features is not None else None,
-            *rest)
+    return (id(plan), id(conn), epoch, index, batch_size, label_column,
+            tuple(features) if features is not None else None, *rest)
 
 
 def _read_columns(plan: ShardPlan, names: list[str], label_name: str | None, stack: bool):

@@ -191,7 +191,8 @@ def _cli(args: list[str], *, env: dict, cwd: Path, **kw) -> subprocess.Popen:
 def _bare_env(exports: dict, home: Path) -> dict:
     """A shell with the `make k8s-up` exports and nothing else of this session (its own HOME)."""
     home.mkdir(parents=True, exist_ok=True)
-    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL") if k in os.environ}
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL")
+            if k in os.environ}
     return {**keep, **exports, "HOME": str(home), "IGNITE_TF_HOME": str(home / ".ignite-tf")}
 
 
@@ -260,8 +261,8 @@ def test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_fro
     # before importing it); the job folder is shipped all the same and is the tasks' working folder.
     start = _cli(["start", "--launcher", "kubernetes", "--namespace", ns, "--k8s", json.dumps({"standby": True}),
                   "--workers", "2", "--id", cid, "--startup-deadline", "900", cache, "job", "python", "-m",
-                  "ignite_tf.runtime", "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "64", "--label", "label",
-                  "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=launcher_home)
+                  "ignite_tf.runtime", "--entry-point", "ignite_tf.models:tabular_classifier", "--batch-size", "64",
+                  "--label", "label", "--learning-rate", "0.02", "--epochs", str(epochs)], env=env, cwd=launcher_home)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(start.stdout), daemon=True)
     reader.start()
