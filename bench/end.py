@@ -13,8 +13,9 @@ workers, batch 32 per worker) R times and splits each cluster's lifetime (see ``
                      the supervisor seeing it).
 
 Medians and every run are reported; ``--baseline DIR`` runs the same training with the tasks importing
-the ``ignite_tf`` under DIR too (e.g. ``git archive <commit> provider``), pairs alternating their order. Quicker than ``bench/e2e.py`` for working on the end of training; e2e
-reports the same split for both of its runs. ``--smoke``: 1,000 rows, 1 epoch, 1 run (see ``bench/harness.py``).
+the ``ignite_tf`` under DIR too (e.g. ``git archive <commit> provider``), pairs alternating their order.
+Quicker than ``bench/e2e.py`` for working on the end of training; e2e reports the same split for both of its
+runs. ``--smoke``: 1,000 rows, 1 epoch, 1 run (see ``bench/harness.py``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def one_run(conn, epochs: int, root: Path, index: int, quiet: bool, provider: st
         raise RuntimeError(f"cluster {cluster_id} ended {state.status.value}: {state.reason}; chief log:\n"
                            f"{launcher.tail(cluster_id, 30)}")
     result = {**phases(state), **end_split(state, launcher.output(cluster_id)[0])}
-    say(f"  run {index + 1}{' (baseline)' if provider else ''}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()), quiet)
+    say(f"  run {index + 1}{' (baseline)' if provider else ''}: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in result.items()), quiet)
     return result
 
 

@@ -14,9 +14,10 @@ a running one, whose nodes' CPU is then not measured) and measures:
                   task's start-up, and what first_step_s is divided by; ``tf_import_cold_s``, the same import
                   as this environment runs it (here ``PYTHONDONTWRITEBYTECODE=1`` and no bytecode in the
                   virtual environment: TensorFlow's Python compiled at every import), is reported beside it;
-  first_step_s    median over ``--start-rounds`` clusters (3) of the seconds from the ``start_cluster(...)`` call (discovery, shard plan, supervisor, tasks,
-                  MultiWorkerMirroredStrategy, dataset, tracing) to the end of the chief's first training
-                  batch, for 1, 2 and 3 local sync workers over a 6,000-row cache. The entry point
+  first_step_s    median over ``--start-rounds`` clusters (3) of the seconds from the ``start_cluster(...)``
+                  call (discovery, shard plan, supervisor, tasks, MultiWorkerMirroredStrategy, dataset,
+                  tracing) to the end of the chief's first training batch, for 1, 2 and 3 local sync
+                  workers over a 6,000-row cache. The entry point
                   ``bench/startup_model.py:model`` adds a callback that writes the time of batch 0's end on
                   the chief; each cluster trains one short epoch (``--epochs N``: N of them, which the
                   tasks prepare before the first step) and must finish with nothing left running.
@@ -281,8 +282,9 @@ def bare_first_step(workers: int, tmp: Path) -> dict:
         deadline = time.monotonic() + FIRST_STEP_TIMEOUT_S
         while not (mark.exists() and mark.read_text().strip()):
             if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
-                raise RuntimeError(f"bare TensorFlow program, {workers} worker(s): no first step; worker 0 said:\n"
-                                   f"{procs[0].communicate(timeout=5)[1][-3000:] if procs[0].poll() is not None else ''}")
+                raise RuntimeError(
+                    f"bare TensorFlow program, {workers} worker(s): no first step; worker 0 said:\n"
+                    f"{procs[0].communicate(timeout=5)[1][-3000:] if procs[0].poll() is not None else ''}")
             time.sleep(0.02)
         first_s = float(mark.read_text()) - t0_wall
         for p in procs:
@@ -358,7 +360,8 @@ def run(rows: int, steps: int, quiet: bool, profile: bool, rounds: int = 3, star
             for i, workers in enumerate([w for _ in range(start_rounds) for w in worker_counts] if startup else ()):
                 for provider, settings in variants if i % 2 == 0 else variants[::-1]:
                     # A bare import right before each cluster too: the load of a shared machine drifts in minutes.
-                    # Without adjacent_imports (--smoke) the bare import timed for tf_import_s, the same call, stands in.
+                    # Without adjacent_imports (--smoke) the bare import timed for tf_import_s, the same call,
+                    # stands in.
                     adjacent = tf_import_s(repeat=1, fill=False)[0] if adjacent_imports else result["tf_import_s"]
                     # The bare TensorFlow program beside it, alternately before and after.
                     bare_first = len(starts) % 2 == 0
@@ -440,7 +443,8 @@ def table(r: dict) -> str:
                                else "-" for n in (*SPLIT, "first_step"))
             lines.append(
                 f"| {group[0]['workers']}{_variant(group[0])} | {med(lambda s: s['first_step_s']):.2f} "
-                f"| {', '.join(f'{x:.2f}' for x in first)} | {med(lambda s: s['first_step_s']) / r['tf_import_s']:.2f}x "
+                f"| {', '.join(f'{x:.2f}' for x in first)} "
+                f"| {med(lambda s: s['first_step_s']) / r['tf_import_s']:.2f}x "
                 f"| {med(lambda s: s['first_step_s'] / s['tf_import_adjacent_s']):.2f}x "
                 f"| {med(lambda s: s['bare_s']):.2f} | {med(lambda s: s['first_step_s'] / s['bare_s']):.2f}x "
                 f"| {med(lambda s: s['launched_s']):.2f} | {split} "
@@ -454,7 +458,8 @@ def table(r: dict) -> str:
             "start_cluster() call; '/ import just before' is the median of the ratios to one bare import (bytecode "
             "cache) timed right before each cluster; 'bare TF program' is bench/startup_bare.py launched as as many "
             "local processes (the same model under MultiWorkerMirroredStrategy, its rows in memory: no Ignite, "
-            "no supervisor), launch to its first step, timed alternately before and after that cluster; the '-> name' columns are the seconds from the moment before "
+            "no supervisor), launch to its first step, timed alternately before and after that cluster; the '-> name' "
+            "columns are the seconds from the moment before "
             "to the chief's timeline mark (runtime_started: launch, supervisor, Python, and with the fork server "
             "its imports; tf_imported: the import, or nothing for a forked task; "
             "strategy_ready: TF_CONFIG, gRPC, all workers joined; fit_start: plan, columns, model, dataset; "

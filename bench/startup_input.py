@@ -156,7 +156,8 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
             keep("reader_ms_per_partition", seconds / reader.partitions * 1e3)
         started, own = time.perf_counter(), _own_cpu_s()
         n = sum(len(b["label"]) for b in itd.blocks(0, batch_size=BATCH, plan=plan, conn=conn, stack=features,
-                                                     columns=[*features, "label"], shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))
+                                                     columns=[*features, "label"],
+                                                     shuffle_buffer=DEFAULT_SHUFFLE_BUFFER))
         keep("blocks_rows_s", n / (time.perf_counter() - started), max)
         keep("blocks_cpu_us_per_row", (_own_cpu_s() - own) / n * 1e6)
         started = time.perf_counter()
@@ -173,7 +174,8 @@ def profile_data_path(conn, repeat: int = 3) -> dict:
     return best
 
 
-def warm_nodes(conn, passes: int, node_pids: list[int], cache: str = STEPS_CACHE, discover: bool = False) -> list[float]:
+def warm_nodes(conn, passes: int, node_pids: list[int], cache: str = STEPS_CACHE,
+               discover: bool = False) -> list[float]:
     """Read ``cache`` (the steps cache) ``passes`` times, untimed, so the Ignite JVMs run their scan code
     compiled; with ``discover``, partition discovery's queries too.
 

@@ -2,8 +2,9 @@
 
 ``startup_model:model`` returns ``ignite_tf.models.tabular_classifier()`` whose ``fit`` also runs a callback
 that, on the chief only, writes ``time.time()`` into the file named by ``IGNITE_TF_BENCH_FIRST_STEP`` when
-the first training batch ends, and prints ``BENCH_FIRST_STEP <time>`` in its output. The runtime passes its own callbacks to ``fit``; wrapping ``fit`` on the
-instance is how this one joins them without changing the runtime.
+the first training batch ends, and prints ``BENCH_FIRST_STEP <time>`` in its output. The runtime passes its
+own callbacks to ``fit``; wrapping ``fit`` on the instance is how this one joins them without changing the
+runtime.
 """
 
 from __future__ import annotations

@@ -158,7 +158,8 @@ def record(small: list[dict], large: dict) -> dict:
         "tensorflow": small[0]["tensorflow"],
         "how": (f"bench/tf_baseline_memory.py: task processes (import_tf, ignite_tf.data and pyignite, a "
                 f"{small[0]['workers']}-worker MultiWorkerMirroredStrategy, tabular_classifier with Adam fitted "
-                f"{small[0]['epochs']} epochs of {small[0]['steps']} steps of batch {TASK_BATCH} from memory with BackupAndRestore, saved as "
+                f"{small[0]['epochs']} epochs of {small[0]['steps']} steps of batch {TASK_BATCH} from memory with "
+                "BackupAndRestore, saved as "
                 f"a SavedModel), each measured by {small[0]['measured_by']}: peak_mib the largest of "
                 f"{len(small)} with {small[0]['params']:,} parameters, param_bytes the growth per parameter "
                 f"with {large['params']:,}"),

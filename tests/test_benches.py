@@ -98,7 +98,8 @@ def test_k8s_memory_bench_smoke(ignite_conn, k8s_cluster, k8s_namespace):
                      "--namespace", k8s_namespace, "--host-network", "--pods-only")
     data = assert_table_and_json("k8s/memory.py", done)
     pods = data["runs"]
-    assert [r["launcher"] for r in pods] == ["kubernetes"] * len(pods) and {r["model"] for r in pods} == {"small", "large"}
+    assert ([r["launcher"] for r in pods] == ["kubernetes"] * len(pods)
+            and {r["model"] for r in pods} == {"small", "large"})
     assert all(r["peak_mib"] and r["pod_limit"] for r in pods), pods
 
 

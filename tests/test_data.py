@@ -178,7 +178,8 @@ def test_label_is_the_deprecated_name_of_label_column(ignite_conn, ignite_client
         return sorted((int(i), int(y)) for features, labels in ds
                       for i, y in zip(features["id"].numpy(), labels.numpy(), strict=True))
 
-    with pytest.warns(DeprecationWarning, match=r"dataset\(label=\) is deprecated: use label_column=.*removed in 0\.3\.0"):
+    with pytest.warns(DeprecationWarning,
+                      match=r"dataset\(label=\) is deprecated: use label_column=.*removed in 0\.3\.0"):
         old = itd.dataset(label="label", **common)
     assert rows(old) == rows(itd.dataset(label_column="label", **common)) == [(i, i % 3) for i in range(300)]
     with pytest.warns(DeprecationWarning, match="label_column="):
@@ -265,8 +266,8 @@ def test_read_ahead_hands_its_first_block_to_the_matching_dataset(ignite_conn, i
 
     create_table(ignite_client, cache_name, range(3000), template="ignite_tf_small")
     plan = ShardPlan.build(PartitionMap.discover(ignite_conn, cache_name), 2, reshuffle="epoch", seed=5)
-    args = {"label_column": "label", "stack": True, "worker": 1, "plan": plan, "conn": ignite_conn, "shuffle_buffer": 256,
-            "block_rows": 512}
+    args = {"label_column": "label", "stack": True, "worker": 1, "plan": plan, "conn": ignite_conn,
+            "shuffle_buffer": 256, "block_rows": 512}
 
     def two_passes(ds):
         return [np.concatenate([lab.numpy() for _, lab in ds]), np.concatenate([f.numpy()[:, 0] for f, _ in ds])]

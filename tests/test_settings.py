@@ -1,4 +1,5 @@
-"""One name and one default per setting: YAML schema, parsed spec, operators, CLIs, core functions, the docs' settings table.
+"""One name and one default per setting: YAML schema, parsed spec, operators, CLIs, core functions, the docs'
+settings table.
 
 Every default is read from where it takes effect (``inspect.signature``, the JSON schema, the argparse
 parsers, a parsed spec), not copied here, so a place that drifts fails this test.

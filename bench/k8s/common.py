@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[1]  # bench/
-# issue 37: the Kubernetes launcher's first step (new pods) at most 1.5x the local one's (k8s/startup.py, k8s/deployed.py)
+# issue 37: the Kubernetes launcher's first step (new pods) at most 1.5x the local one's
+# (k8s/startup.py, k8s/deployed.py)
 STARTUP_GOAL = 1.5
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 TIMEOUT_S = 900.0
@@ -150,7 +151,8 @@ class CgroupCpu:
 
     def __init__(self, core, groups: dict[str, tuple[str, str]], every_s: float = 0.1):
         self.core, self.groups, self.every_s = core, groups, every_s
-        self.samples: dict[tuple[str, str], list[tuple[float, float, int]]] = {}  # (group, pod) -> (wall, CPU-s, throttled)
+        # (group, pod) -> (wall, CPU-s, throttled)
+        self.samples: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cgroup-cpu", daemon=True)
 

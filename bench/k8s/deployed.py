@@ -75,8 +75,8 @@ set_bench_env()
 INPUT_RESOURCES = {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}}
 RESUME_BATCH = 256  # an epoch of a few seconds: the resume measurement is not the epoch's length
 RESUME_MOMENTS = ("restarting", "tasks_started", "chief_scheduled", "chief_running", "process_started",
-                  "entry_started", "code_fetched", "standby_go", "runtime_started", "tf_imported", "strategy_ready", "all_up",
-                  "fit_start", "train_begin", "epoch_begin", "first_step")
+                  "entry_started", "code_fetched", "standby_go", "runtime_started", "tf_imported", "strategy_ready",
+                  "all_up", "fit_start", "train_begin", "epoch_begin", "first_step")
 PARTS = ("startup", "input", "resume", "locality")
 GOALS = {"kubernetes_vs_local": STARTUP_GOAL, "input_ratio": 0.9, "next_epoch_s": 8.0, "measured_locality": 0.95}
 CACHE = "k8s_deployed_bench"
@@ -241,7 +241,8 @@ def resume(conn, tmp: Path, settings: dict, epochs: int, cache: str, deletions: 
 
     return {"status": state.status.value, "deleted_after_epoch": rounds[0]["deleted_after_epoch"] if rounds else None,
             "pod_gone_s": median("pod_gone_s"), "epoch_s": epoch_s, "lost_s": median("lost_s"),
-            "next_epoch_s": median("next_epoch_s"), "resumed_at_epoch": rounds[0]["resumed_at_epoch"] if rounds else None,
+            "next_epoch_s": median("next_epoch_s"),
+            "resumed_at_epoch": rounds[0]["resumed_at_epoch"] if rounds else None,
             "restarts": state.restarts, "epochs_asked": epochs, "epochs_run": len(state.epochs),
             "moments": rounds[0]["moments"] if rounds else {}, "deletions": rounds, "load": os.getloadavg()[0],
             "epochs_recorded": sorted({e.get("epoch") for e in state.epochs})}
@@ -464,7 +465,8 @@ def table(r: dict) -> str:
             rows += [f"| Ignite / memory, fits of {sh['steps']} steps (each reads its first block before its first "
                      f"step) | {_f(sh['input_ratio'])} ({_f(sh['input_ratio_median'])}) | |"]
         rows += [
-            f"| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | {_cores(i['pod_cpu']['ignite'])} | |",
+            "| CPU cores, Ignite path: TF pod / Ignite pods (throttled periods) | "
+            f"{_cores(i['pod_cpu']['ignite'])} | |",
             f"| CPU cores, memory path: TF pod / Ignite pods | {_cores(i['pod_cpu']['memory'])} | |"]
     if res:
         res = res if "epochs_asked" not in res else {"standby off": res}  # a result of before --standby

@@ -89,7 +89,8 @@ def one(conn, kind: str, size: str, hidden: int, epochs: int, tmp: Path, setting
     text = launcher.output(cluster_id)[0]
     inside = {m["task"]: m for m in marked_lines(text, MARK)}
     if state.status is not Status.SUCCEEDED and "OOMKilled" not in (state.reason or ""):
-        raise RuntimeError(f"{kind} {size}: ended {state.status.value}: {state.reason}\n{launcher.tail(cluster_id, 30)}")
+        raise RuntimeError(f"{kind} {size}: ended {state.status.value}: {state.reason}\n"
+                           f"{launcher.tail(cluster_id, 30)}")
     rows = []
     tasks = sorted(set(watch.peaks) | set(inside)) if watch else sorted(inside)
     for task in tasks:

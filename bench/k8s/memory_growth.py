@@ -13,8 +13,9 @@ each container, its cgroup's ``memory.usage_in_bytes`` and ``memory.stat`` (v1: 
 shmem, active/inactive file and anon, dirty, writeback, pgmajfault), ``memory.kmem.usage_in_bytes``, and its
 main process's ``VmRSS``, threads and open files (``/proc/PID`` on the node); each 10 s the bytes of the
 task's staging folder (``/proc/PID/root`` + ``POD_RUN_DIR``). ``--launcher local``: the same training as
-local processes, each sampled by ``/proc/PID`` only (resident set: anonymous and file). Printed: per task, the first sample after the
-first epoch beside the last one before the end, and the growth of each figure; ``--json`` has every sample.
+local processes, each sampled by ``/proc/PID`` only (resident set: anonymous and file). Printed: per task,
+the first sample after the first epoch beside the last one before the end, and the growth of each figure;
+``--json`` has every sample.
 ``--smoke``: 2,000 rows, 2 epochs of a 1-worker cluster, a sample every 0.2 s (see ``bench/harness.py``).
 """
 
@@ -214,7 +215,8 @@ def table(result: dict) -> str:
         key = "rss" if "rss" in last else "RssAnon"
         # A sample read as the process ended may lack a figure: it is left out here as in the growth rows.
         by_epoch = {s["epochs"]: s[key] for s in result["samples"][task] if key in s}
-        lines += ["", f"{key} by epochs recorded: " + ", ".join(f"{e}: {v:.0f}" for e, v in sorted(by_epoch.items())), ""]
+        lines += ["", f"{key} by epochs recorded: " + ", ".join(f"{e}: {v:.0f}" for e, v in sorted(by_epoch.items())),
+                  ""]
         folders = result["folders"].get(task) or []
         if folders:
             lines.append(f"staging folder (MiB) at t={folders[-1][0]}: {folders[-1][1]}")

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--restart-policy", choices=[p.value for p in RestartPolicy],
                        default=SUPERVISION.restart_policy.value,
                        help="which failures are restarted: on-failure (all), exit-code (signals, statuses >= 128, "
-                            f"no progress; not the job's own error), never (default {SUPERVISION.restart_policy.value})")
+                            "no progress; not the job's own error), never "
+                            f"(default {SUPERVISION.restart_policy.value})")
     start.add_argument("--progress-timeout", type=float, default=SUPERVISION.progress_timeout_s, metavar="SECONDS",
                        help="a task silent this long after its first progress report (steps, ignite_tf.data reads) "
                             f"is a failure; 0 turns the watchdog off (default {SUPERVISION.progress_timeout_s:.0f})")
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Kubernetes settings, a YAML/JSON file or inline JSON: namespace, image, resources, "
                             "service_account, node_selector, tolerations, volumes, labels, placement, ...")
     start.add_argument("--namespace", help="Kubernetes namespace (with --launcher kubernetes)")
-    start.add_argument("--image", help="task image (with --launcher kubernetes; needed unless the source tree's dev tooling is installed)")
+    start.add_argument("--image", help="task image (with --launcher kubernetes; needed unless the source tree's dev "
+                                       "tooling is installed)")
     start.add_argument("--placement", choices=[p.value for p in Placement],
                        help="workers next to their Ignite nodes (with --launcher kubernetes; "
                             f"default {DEFAULT_PLACEMENT})")

@@ -4,9 +4,9 @@ shell relies on.
 The modules behind these names may move; the names stay. A renamed one keeps working until ``REMOVED_IN``,
 warning with its new name and that release (an ``IgniteTFDeprecationWarning``, a DeprecationWarning; a
 ``SpecDeprecationWarning`` for a YAML key, as a spec's author is no Python developer), and is listed in
-``DEPRECATED`` until it is removed: every warning's text comes from there (``deprecation``). ``tests/test_public_api.py``
-pins every entry: each Python name imports and is of its kind, each command and flag exists, the spec schema
-holds each YAML key, each deprecated name still works and warns.
+``DEPRECATED`` until it is removed: every warning's text comes from there (``deprecation``).
+``tests/test_public_api.py`` pins every entry: each Python name imports and is of its kind, each command and flag
+exists, the spec schema holds each YAML key, each deprecated name still works and warns.
 
 Data only: importing this module imports nothing.
 """
@@ -127,8 +127,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 
 # Keys of a pipeline spec (``resources/pipeline.schema.json``), dotted by section.
 YAML_KEYS: tuple[str, ...] = (
-    "dag_id", "description", "owner", "tags", "schedule", "schedule.asset", "schedule.table", "ignite_conn_id", "run_root",
-    "run_store_conn_id", "cache", "key", "suite",
+    "dag_id", "description", "owner", "tags", "schedule", "schedule.asset", "schedule.table", "ignite_conn_id",
+    "run_root", "run_store_conn_id", "cache", "key", "suite",
     # Airflow's task settings, for every task and per stage (``ignite_tf.pipeline.task_policy``).
     "retries", "retry_delay", "retry_exponential_backoff", "max_retry_delay", "execution_timeout",
     "training.retries", "training.retry_delay", "training.retry_exponential_backoff", "training.max_retry_delay",
@@ -141,7 +141,8 @@ YAML_KEYS: tuple[str, ...] = (
     "training.command", "training.job_dir", "training.epochs", "training.batch_size", "training.model_args",
     "training.learning_rate", "training.label_column", "training.max_restarts", "training.restart_policy",
     "training.progress_timeout_s", "training.env", "training.py_modules", "training.startup_deadline_s",
-    "training.deferrable", "training.on_data_change", "training.kubernetes", "training.kubernetes.namespace", "training.kubernetes.image", "training.kubernetes.conn_id",
+    "training.deferrable", "training.on_data_change", "training.kubernetes", "training.kubernetes.namespace",
+    "training.kubernetes.image", "training.kubernetes.conn_id",
     "training.kubernetes.resources", "training.kubernetes.resources.requests", "training.kubernetes.resources.limits",
     "training.kubernetes.service_account", "training.kubernetes.node_selector", "training.kubernetes.tolerations",
     "training.kubernetes.volumes", "training.kubernetes.labels", "training.kubernetes.placement",

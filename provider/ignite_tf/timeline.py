@@ -5,12 +5,12 @@ The runtime's chief writes them (other tasks pass ``show=False``): ``runtime_sta
 ``strategy_ready`` (TF_CONFIG read, gRPC server up, all workers joined), ``fit_start``, ``fit_end`` and
 ``saved`` (the model saved and every sync worker done). A pod's first process (``ignite_tf.cluster.k8s.entry``)
 adds ``process_started`` (its interpreter's start, from the kernel), ``entry_started`` and ``code_fetched`` (the
-shard plan and the shipped code in place), carried to the runtime, which prints them with its own. The supervisor writes its own into the chief's log
-(``Supervisor.mark``): ``supervisor_started``, ``prepared`` (the backend's set-up: Kubernetes objects),
-``tasks_started`` (every process or pod created, again at each restart, after ``restarting``), ``all_up``, and for pods ``chief_scheduled`` and
-``chief_running`` (the chief's container running), as it saw them. ``bench/startup.py`` and
-``bench/k8s/startup.py`` split the start-up with them, ``bench/e2e.py`` and ``bench/end.py`` the time after the
-last epoch.
+shard plan and the shipped code in place), carried to the runtime, which prints them with its own. The supervisor
+writes its own into the chief's log (``Supervisor.mark``): ``supervisor_started``, ``prepared`` (the backend's
+set-up: Kubernetes objects), ``tasks_started`` (every process or pod created, again at each restart, after
+``restarting``), ``all_up``, and for pods ``chief_scheduled`` and ``chief_running`` (the chief's container
+running), as it saw them. ``bench/startup.py`` and ``bench/k8s/startup.py`` split the start-up with them,
+``bench/e2e.py`` and ``bench/end.py`` the time after the last epoch.
 """
 
 from __future__ import annotations

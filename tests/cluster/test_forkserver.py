@@ -262,7 +262,8 @@ def test_a_launch_given_up_while_planning_leaves_nothing(ignite_conn, tmp_path, 
     assert seen, "the fork server was running while the plan was made"
     assert launcher.find("given-up") is None, "no state was recorded"
     run_dir = RunFolder.of("given-up", tmp_path / "runs").path
-    wait_for(lambda: not cluster_processes("given-up", run_dir), timeout=15, what="the supervisor and its server to end")
+    wait_for(lambda: not cluster_processes("given-up", run_dir), timeout=15,
+             what="the supervisor and its server to end")
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in seen)
 
 

@@ -322,7 +322,8 @@ def test_nothing_is_written_after_the_final_state(tmp_path, ending):
     store = RecordingStore(tmp_path / "state")
     if ending == "stopped":
         store.request_stop("ends")
-    code = Supervisor(spec, store, PlainTasks(spec, {"worker-0": [Run(0, polls=3)], "worker-1": [Run(0, polls=3)]})).run()
+    code = Supervisor(spec, store,
+                      PlainTasks(spec, {"worker-0": [Run(0, polls=3)], "worker-1": [Run(0, polls=3)]})).run()
     assert code is (ExitCode.STOPPED if ending == "stopped" else ExitCode.SUCCEEDED)
     finals = [i for i, status in enumerate(store.written) if status.final]
     assert finals == [len(store.written) - 1], store.written

@@ -130,7 +130,8 @@ def test_ps_lists_tasks_then_shows_them_gone_after_the_supervisor_is_killed(igni
     wait_for(lambda: launcher.status("ps-tasks").lost, timeout=LOST_AFTER_S + 10, what="heartbeat to go stale")
     row = next(line for line in ps("-a").stdout.splitlines() if line.startswith("ps-tasks"))
     assert row.split()[3:5] == ["0/2", "lost"]
-    assert next(line for line in ps().stdout.splitlines() if line.startswith("ps-tasks")).split()[3:5] == ["0/2", "lost"]
+    assert next(line for line in ps().stdout.splitlines()
+                if line.startswith("ps-tasks")).split()[3:5] == ["0/2", "lost"]
     lost = ps("ps-tasks").stdout.splitlines()
     assert lost[0].startswith("cluster ps-tasks: lost")
     assert [line.split()[4] for line in lost[-2:]] == ["gone", "gone"]

@@ -248,8 +248,8 @@ def test_pipeline_and_cli_job_never_leak_the_password(dag_run, cli_run, sampler,
     assert not sampler.hits, f"password on a command line: {sampler.hits}"
     # XCom values, as Airflow stores and returns them.
     assert secret not in json.dumps(list(dag_run.values()), default=str)
-    # Task logs (dag-test.log), the metadata DB, the run folders (logs, specs, checkpoints), the nodes' logs and persistence
-    # (the connection file `up` writes for the user is the one place meant to hold it).
+    # Task logs (dag-test.log), the metadata DB, the run folders (logs, specs, checkpoints), the nodes' logs and
+    # persistence (the connection file `up` writes for the user is the one place meant to hold it).
     home = Path(os.environ["AIRFLOW_HOME"])
     state = secure_ignite_cluster.state_dir
     assert not files_holding(secret.encode(), home, secure_airflow, state, skip=(state / CONNECTION_FILE,))

@@ -157,7 +157,8 @@ def test_wide_rows_are_written_in_requests_within_the_byte_cap(ignite_conn, igni
     sizes = []
     real = etl._put_all
     with pytest.MonkeyPatch.context() as mp:  # the real write, with its request sizes noted
-        mp.setattr(etl, "_put_all", lambda client, cid, payload: (sizes.append(len(payload)), real(client, cid, payload)))
+        mp.setattr(etl, "_put_all",
+                   lambda client, cid, payload: (sizes.append(len(payload)), real(client, cid, payload)))
         report = load(ignite_conn, cache_name, frame, key="id", batch_size=10_000)
     assert report.rows_written == report.rows_in_cache == 600
     assert report.batches_written == len(sizes) >= 2 and max(sizes) <= etl.MAX_REQUEST_BYTES
@@ -226,8 +227,9 @@ def test_encoding_matches_pyignite(ignite_client):
     fields = OrderedDict((k, t[1]) for k, t in types.items())
     cls = GenericObjectMeta("EncodingProbe", (), {}, type_name="ignite_tf.encoding_probe", schema=fields)
     # object columns: None is a null there; D is float64, where NaN is a value
-    cols = [etl_encode.encode_column(etl_input.convert_column(pd.Series(values[k], dtype="float64" if k == "D" else object),
-                                                    k, t[0], "test"), k, t[0]) for k, t in types.items()]
+    cols = [etl_encode.encode_column(
+        etl_input.convert_column(pd.Series(values[k], dtype="float64" if k == "D" else object), k, t[0], "test"),
+        k, t[0]) for k, t in types.items()]
     keys = np.array([5, 6, 7], np.int64)
     for lo, hi in ((0, 1), (1, 2), (2, 3), (0, 3)):
         payload = etl_encode.encode_rows(keys, cols, lo, hi, entity_id(cls.type_name), schema_id(fields))

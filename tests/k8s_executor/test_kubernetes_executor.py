@@ -40,7 +40,8 @@ deployed = training.deployed  # namespace, Ignite pods, a fresh run root on the 
 # seconds after the deferral): 4 epochs of 1200 rows once ended first when the task pods' start got faster.
 EPOCHS, ROWS = 10, 2400
 
-PIPELINE = "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\nairflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n"
+PIPELINE = ("# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\n"
+            "airflow_dags = load_dags(__file__, 'specs/*.yaml', globals())\n")
 # A training with the local launcher, deferred (the defaults): it cannot outlive a worker pod, so it is refused.
 REFUSED = '''# airflow dag
 from airflow.sdk import DAG

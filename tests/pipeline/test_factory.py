@@ -499,7 +499,8 @@ def test_tabular_sync_end_to_end_then_inference(airflow_env, ignite_client):
     # model is the training task's (its try and cluster), not the publish task's.
     assert meta["data"]["fingerprints"]["rows"] == 3000 and meta["data"]["fingerprints"]["columns"]
     assert meta["context"]["task_id"] == "train" and meta["context"]["try_number"] == 1
-    assert meta["context"]["cluster_id"] == train["cluster_id"] and meta["context"]["published_by"]["task_id"] == "publish"
+    assert (meta["context"]["cluster_id"] == train["cluster_id"]
+            and meta["context"]["published_by"]["task_id"] == "publish")
     print("published metadata.json:", json.dumps({k: meta[k] for k in ("context", "data")})[:3000])
     assert_nothing_left(train["cluster_id"], train["run_dir"])
     print(f"tabular_sync end to end (3000 rows, 2 workers, 2 epochs): {took:.1f}s, metrics {train['metrics']}")
@@ -597,7 +598,8 @@ def test_model_args_from_yaml_reach_the_entry_point_and_classes_come_from_the_la
         "training": {"entry_point": "ignite_tf.models:tabular_classifier", "workers": 2, "epochs": 1,
                      "batch_size": 32, "model_args": {"hidden": 7}}}))
     (root / "dags" / "model_args_dag.py").write_text(
-        "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\nload_dags(__file__, 'model_args/*.yaml', globals())\n")
+        "# airflow dag\nfrom ignite_tf.pipeline import load_dags\n\n"
+        "load_dags(__file__, 'model_args/*.yaml', globals())\n")
     dag = _module(root / "dags" / "model_args_dag.py").ignite_tf_model_args
     assert dag.params["model_args"] == {"hidden": 7}
     run = dag.test()

@@ -129,7 +129,8 @@ def test_resolve_loads_and_predicts(tmp_path, artifacts):
     reg = ModelRegistry(tmp_path / "r")
     publish(reg, artifacts, 0.8, 0.5)
     publish(reg, artifacts, 0.1, 0.5)  # candidate
-    assert reg.resolve("churn") == reg.resolve("churn", "v0001") == str(tmp_path / "r" / "churn" / "v0001" / "saved_model")
+    assert (reg.resolve("churn") == reg.resolve("churn", "v0001")
+            == str(tmp_path / "r" / "churn" / "v0001" / "saved_model"))
     model = tf_keras.models.load_model(reg.resolve("churn"), compile=False)
     np.testing.assert_allclose(model.predict_on_batch(X), artifacts["expected"], rtol=1e-5, atol=1e-6)
     assert reg.fetch("churn", "v0002") == reg.resolve("churn", "v0002")
@@ -257,7 +258,8 @@ def test_memory_root(tmp_path, artifacts, monkeypatch):
     assert reg.resolve("churn").startswith("memory://") and reg.models() == ["churn"]
     local = reg.fetch("churn", cache_dir=str(tmp_path))
     assert local == str(tmp_path / "churn" / "v0001" / "saved_model")
-    assert os.path.isfile(os.path.join(local, "saved_model.pb")) and reg.fetch("churn", cache_dir=str(tmp_path)) == local
+    assert (os.path.isfile(os.path.join(local, "saved_model.pb"))
+            and reg.fetch("churn", cache_dir=str(tmp_path)) == local)
     model = tf_keras.models.load_model(local, compile=False)
     np.testing.assert_allclose(model.predict_on_batch(X), artifacts["expected"], rtol=1e-5, atol=1e-6)
 

@@ -207,7 +207,8 @@ def test_pods_of_a_remote_run_mount_nothing_and_carry_no_secret(tmp_path, monkey
         assert env["IGNITE_TF_SHARD_PLAN"] == "/tmp/ignite-tf-run/podrun/shard_plan.json"
         assert env["IGNITE_TF_JOB_DIR"] == "/tmp/ignite-tf-run/podrun/code"  # the job folder, shipped
         assert str(tmp_path) not in text  # nothing of the launching host's disk
-        assert container["command"][:4] == ["python", "-m", "ignite_tf.cluster.k8s.entry", "/tmp/ignite-tf-run/podrun/code"]
+        assert container["command"][:4] == ["python", "-m", "ignite_tf.cluster.k8s.entry",
+                                            "/tmp/ignite-tf-run/podrun/code"]
 
     # A run folder as run root keeps the shared folder (one node, or a shared mount).
     local = build_spec(cluster_id="podlocal", cache="c", mode="sync", workers=1, run_dir=tmp_path / "runs" / "x",

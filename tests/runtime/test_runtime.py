@@ -201,7 +201,8 @@ def test_entry_point_errors_say_what_to_do():
     assert main(["--epochs", "1", "--label", "label"]) == 2
 
 
-EVALUATION_BLOCK = ("# --- optional, beyond the tutorial: held-out evaluation", "# --- end of the held-out evaluation ---")
+EVALUATION_BLOCK = ("# --- optional, beyond the tutorial: held-out evaluation",
+                    "# --- end of the held-out evaluation ---")
 
 
 def split_evaluation_block(lines: list[str]) -> tuple[list[str], list[str]]:

@@ -43,17 +43,23 @@ REPORTS = Path(__file__).resolve().parents[2] / ".test-reports"
 # Tests whose own body runs over SLOW_S, by node id, and why none can be faster.
 SLOW: dict[str, str] = {
     "tests/services/test_retry_reattach.py::test_killed_training_task_runner_is_retried_onto_its_running_cluster":
-        "Airflow learns of a SIGKILLed task runner only from its missed heartbeats (30 s, the least that keeps live runners safe on a loaded 2-core machine); the cluster must train on past that and the retry's start",
+        "Airflow learns of a SIGKILLed task runner only from its missed heartbeats (30 s, the least that keeps live "
+        "runners safe on a loaded 2-core machine); the cluster must train on past that and the retry's start",
     "tests/k8s_executor/test_kubernetes_executor.py::test_yaml_pipeline_under_kubernetes_executor":
-        "the whole pipeline, each Airflow task in a pod of its own, and a second run refused: pod starts and the scheduler's loops are the test",
+        "the whole pipeline, each Airflow task in a pod of its own, and a second run refused: pod starts and the "
+        "scheduler's loops are the test",
     "tests/pipeline/test_factory.py::test_user_script_end_to_end":
-        "the whole pipeline under dag.test() (load, discovery, plan, validation per shard, the tutorial script unchanged on 2 workers, publish): one run is the test",
+        "the whole pipeline under dag.test() (load, discovery, plan, validation per shard, the tutorial script "
+        "unchanged on 2 workers, publish): one run is the test",
     "tests/test_benches.py::test_k8s_deployed_bench_smoke":
-        "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart, locality), each a cluster of real pods",
+        "the bench's smoke run of each of its parts (start-up, input, a deleted pod's restart, locality), each a "
+        "cluster of real pods",
     "tests/runtime/test_training.py::test_ported_conv_tutorial_with_repeat_trains_on_two_workers":
-        "TensorFlow's tutorial as ported, unchanged (3 epochs x 70 Conv2D steps on 2 workers): the port's own numbers are what is tested",
+        "TensorFlow's tutorial as ported, unchanged (3 epochs x 70 Conv2D steps on 2 workers): the port's own "
+        "numbers are what is tested",
     "tests/cluster/k8s/test_supervisor_pod.py::test_training_outlives_its_launcher_and_its_supervisor_pod":
-        "a training on the real node that outlives its launcher's SIGKILL and a deleted supervisor pod, replaced by its Deployment",
+        "a training on the real node that outlives its launcher's SIGKILL and a deleted supervisor pod, replaced by "
+        "its Deployment",
     "tests/test_benches.py::test_bench_smoke[startup.py]":
         "the bench's smoke run: each sync worker count and each input side by side, a TensorFlow cluster each",
     "tests/devtools/k8s/test_image.py::test_make_image_writes_a_loadable_docker_archive":
@@ -63,7 +69,8 @@ SLOW: dict[str, str] = {
     "tests/cluster/k8s/test_training.py::test_team_pipeline_as_a_dag_run[async]":
         "the team's pipeline as a DAG run with its training in real pods (chief, workers, ps)",
     "tests/cluster/k8s/test_training.py::test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_from_the_store_alone":
-        "a CLI training on the real node, long enough for its warm pods to wait, through a deleted worker pod and the restart on them",
+        "a CLI training on the real node, long enough for its warm pods to wait, through a deleted worker pod and the "
+        "restart on them",
     "tests/services/test_lineage.py::test_new_rows_start_the_retraining_run_and_every_stage_reports_its_lineage":
         "two DAG runs under the real services, the second started by the first's Asset event",
     "tests/runtime/test_stopping.py::test_an_older_attempt_never_makes_a_restart_train_again":

@@ -291,7 +291,8 @@ def test_recombined_mean_and_row_count():
 
 
 def test_importing_the_module_does_not_import_great_expectations():
-    code = "import sys, ignite_tf.validation.run, ignite_tf.validation.suite; print('great_expectations' in sys.modules)"
+    code = ("import sys, ignite_tf.validation.run, ignite_tf.validation.suite; "
+            "print('great_expectations' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -324,7 +325,8 @@ def test_importing_the_module_does_not_import_great_expectations():
      "columns.n.allow_nan: applies to a column typed float32 or float64, and this column's type is 'int32'"),
     ("name: x\ncolumns:\n  f0: {type: float32, allow_nan: yes please}\n", 3,
      "columns.f0.allow_nan: must be true or false"),
-    ("name: x\ncolumns:\n  f0: {type: float32}\n  f0: {type: float32}\n", 4, "key 'f0' appears twice (first on line 3)"),
+    ("name: x\ncolumns:\n  f0: {type: float32}\n  f0: {type: float32}\n", 4,
+     "key 'f0' appears twice (first on line 3)"),
     ("name: x\nsample_fraction: 0\n", 2, "sample_fraction: must be a number in (0, 1]"),
     ("name: x\nrow_count: {min: 10, most: 3}\n", 2, "row_count.most: unknown key; allowed: min, max"),
     ("name: x\nexpectations:\n  - expect_column_values_to_not_be_null: {column: a, result_format: BASIC}\n", 3,

@@ -48,7 +48,8 @@ FORKSERVER_MODES = ("auto", "off")
 # Loaded by the server in this order ("module:function" is called: TensorFlow and tf_keras imported the way
 # the runtime imports them); the preload hook starts in a thread once the light ones are in, so that it never
 # imports beside TensorFlow.
-LIGHT = ("ignite_tf.runtime.train", "ignite_tf.runtime.inputs", "ignite_tf.data.feed", "ignite_tf.reader.partition", "ignite_tf.data")
+LIGHT = ("ignite_tf.runtime.train", "ignite_tf.runtime.inputs", "ignite_tf.data.feed", "ignite_tf.reader.partition",
+         "ignite_tf.data")
 HEAVY = ("ignite_tf.runtime.start:import_tf", "ignite_tf.models")
 PRELOAD = LIGHT + HEAVY
 # What the server calls beside its import, with the arguments of the module it will fork: the runtime reads

@@ -122,8 +122,8 @@ class ClusterSpec:
     def __post_init__(self):
         self.mode = Mode.parse(self.mode)
         self.supervision = Supervision.build(self.supervision)
-        self.tasks = [t if isinstance(t, ClusterTask) else ClusterTask(Role(t["role"]), t["index"], t["host"], t["port"])
-                      for t in self.tasks]
+        self.tasks = [t if isinstance(t, ClusterTask)
+                      else ClusterTask(Role(t["role"]), t["index"], t["host"], t["port"]) for t in self.tasks]
         for t in self.tasks:
             t.role = Role(t.role)
 

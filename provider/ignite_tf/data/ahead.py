@@ -42,8 +42,8 @@ def read_ahead(batch_size: int = 1024, epoch: int = 0, *, label_column: str | No
     """
     plan = load_plan(plan, conn=conn)
     index = worker if worker is not None else worker_index()
-    key = ahead_key(plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
-                     block_rows, include_key)
+    key = ahead_key(plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed,
+                    page_size, block_rows, include_key)
     args = (plan, conn, epoch, index, batch_size, label_column, features, stack, shuffle_buffer, seed, page_size,
             block_rows, include_key)
     if process:
@@ -76,6 +76,6 @@ def drop_read_ahead() -> None:
 
 def ahead_key(plan, conn, epoch, index, batch_size, label_column, features, *rest) -> tuple:
     """What a ``dataset`` call must share with a ``read_ahead`` to start from its block (plan, conn: the objects)."""
-    return (id(plan), id(conn), epoch, index, batch_size, label_column, tuple(features) if features is not None else None,
-            *rest)
+    columns = tuple(features) if features is not None else None
+    return (id(plan), id(conn), epoch, index, batch_size, label_column, columns, *rest)
 

@@ -23,10 +23,10 @@ BLOCKS_AHEAD = 1
 
 
 @label_renamed
-def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None, features: list[str] | None = None,
-            stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-            conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-            seed: int | None = None,
+def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None = None,
+            features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
+            cache: str | None = None, conn: IgniteConnectionConfig | None = None,
+            shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
             page_size: int = 1024, include_key: bool = False, prefetch: bool = True, block_rows: int = BLOCK_ROWS,
             drop_remainder: bool = True, input_context=None):
     """This worker's slice of the cache for ``epoch`` as a ``tf.data.Dataset``.
@@ -65,9 +65,9 @@ def dataset(batch_size: int = 1024, epoch: int = 0, *, label_column: str | None 
     """
     import tensorflow as tf
 
-    part = epoch_part(tf, batch_size, range(epoch, epoch + 1), label_column=label_column, features=features, stack=stack,
-                       worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer, seed=seed,
-                       page_size=page_size, include_key=include_key, block_rows=block_rows,
+    part = epoch_part(tf, batch_size, range(epoch, epoch + 1), label_column=label_column, features=features,
+                       stack=stack, worker=worker, plan=plan, cache=cache, conn=conn, shuffle_buffer=shuffle_buffer,
+                       seed=seed, page_size=page_size, include_key=include_key, block_rows=block_rows,
                        drop_remainder=drop_remainder, input_context=input_context)
     ds = part(epoch).with_options(options(tf))
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
@@ -102,10 +102,10 @@ def epochs_dataset(batch_size: int, epochs: range, *, each=None, prefetch: bool 
     return ds.prefetch(PREFETCH_BATCHES) if prefetch else ds
 
 
-def epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None = None, features: list[str] | None = None,
-                stack: bool = False, worker: int | None = None, plan=None, cache: str | None = None,
-                conn: IgniteConnectionConfig | None = None, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-                seed: int | None = None,
+def epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None = None,
+                features: list[str] | None = None, stack: bool = False, worker: int | None = None, plan=None,
+                cache: str | None = None, conn: IgniteConnectionConfig | None = None,
+                shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
                 page_size: int = 1024, include_key: bool = False, block_rows: int = BLOCK_ROWS,
                 drop_remainder: bool = True, input_context=None):
     """``part(epoch)``: the batches of one of ``epochs``, ``epoch`` an int or a scalar tensor. The plan, this

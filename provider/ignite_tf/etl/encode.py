@@ -125,7 +125,8 @@ def encode_rows(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: int, t
     return _encode_general(keys, cols, lo, hi, type_id, schema_id)
 
 
-def _encode_general(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: int, type_id: int, schema_id: int) -> bytes:
+def _encode_general(keys: np.ndarray, cols: list[EncodedColumn], lo: int, hi: int, type_id: int,
+                    schema_id: int) -> bytes:
     """``encode_rows`` for rows of different layouts (nulls, strings): every field written by scatter."""
     n, nf = hi - lo, len(cols)
     sizes = np.empty((n, nf), np.int64)  # bytes of each field: type code + value, or one NULL byte

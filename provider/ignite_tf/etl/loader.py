@@ -218,7 +218,8 @@ def load(conn: IgniteConnectionConfig, cache: str, source, *, schema: dict[str, 
     return report
 
 
-def _prepare(report: LoadReport, source, schema: dict | None, key: str | None) -> tuple[list[EncodedColumn], np.ndarray]:
+def _prepare(report: LoadReport, source, schema: dict | None,
+             key: str | None) -> tuple[list[EncodedColumn], np.ndarray]:
     """Read, check and convert the whole input; fill the report's input fields. Nothing touches Ignite."""
     key = key.lower() if key else None
     try:

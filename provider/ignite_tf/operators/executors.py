@@ -44,5 +44,6 @@ def refusal(task, *, launcher: str, deferrable: bool, wait_for_completion: bool)
     return (f"{task.task_id}: launcher='local' with {how} cannot work under {executor}: its worker ends with "
             f"the task's turn on it, and the local launcher's supervisor and TF processes end with the worker. "
             f"Use launcher='kubernetes' (YAML: training.launcher: kubernetes; its supervisor runs as a pod of its "
-            f"own), or wait_for_completion=True with deferrable=False (the task waits in its worker, which holds the training), or run this task on an "
-            f"executor whose worker stays (the task's executor=, e.g. 'LocalExecutor' or 'CeleryExecutor').")
+            f"own), or wait_for_completion=True with deferrable=False (the task waits in its worker, which holds the "
+            f"training), or run this task on an executor whose worker stays (the task's executor=, e.g. "
+            f"'LocalExecutor' or 'CeleryExecutor').")

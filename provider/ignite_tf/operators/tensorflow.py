@@ -88,7 +88,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
     def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
-                 job_dir: str | None = None, plan: Any = None, mode: str = Mode.SYNC.value, workers: int | str | None = None,
+                 job_dir: str | None = None, plan: Any = None, mode: str = Mode.SYNC.value,
+                 workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
                  learning_rate: float | str | None = None, label_column: str = DEFAULT_LABEL_COLUMN,
                  model_args: dict[str, Any] | str | None = None, max_restarts: int | str | None = None,
@@ -137,7 +138,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     def job(self) -> dict[str, Any]:
         if self.command:
             return {"command": list(self.command), "job_dir": self.job_dir or "."}
-        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)), "--label-column", self.label_column]
+        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)),
+                "--label-column", self.label_column]
         if self.learning_rate not in (None, ""):
             args += ["--learning-rate", str(float(self.learning_rate))]
         for key, value in (as_dict(self.model_args) if self.model_args else {}).items():

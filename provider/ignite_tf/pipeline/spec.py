@@ -374,7 +374,8 @@ def _build(doc: dict[str, Any], path: Path) -> PipelineConfig:
         schedule_asset=(schedule.get("asset") or table_uri(schedule["table"], conn_id)) if isinstance(schedule, dict)
         else None,
         ignite_conn_id=conn_id, key=doc.get("key"),
-        run_root=root if not root or "://" in root else str(_resolve(base, root)), run_store_conn_id=doc.get("run_store_conn_id"),
+        run_root=root if not root or "://" in root else str(_resolve(base, root)),
+        run_store_conn_id=doc.get("run_store_conn_id"),
         shard_plan=ShardPlanConfig.parse(shard_plan),
         publish=section("publish", publish) if "publish" in doc else None,
         inference=section("inference", inference) if "inference" in doc else None, task_policy=task_policies(doc),

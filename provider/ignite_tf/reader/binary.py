@@ -23,7 +23,8 @@ Two decoders:
 Numeric columns asked to be ``stack``-ed come as one float32 matrix (the model's input) instead of separate
 columns; in a fast page whose stacked fields share a type and are evenly spaced that is one strided copy.
 
-Which columns a cache has comes from :mod:`ignite_tf.reader.layout`; requests and responses from :mod:`ignite_tf.reader.scan`.
+Which columns a cache has comes from :mod:`ignite_tf.reader.layout`; requests and responses from
+:mod:`ignite_tf.reader.scan`.
 """
 
 from __future__ import annotations

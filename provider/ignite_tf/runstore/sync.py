@@ -48,7 +48,8 @@ class TaskSync:
         env = os.environ if environ is None else environ
         url = env.get(ENV_RUN_STORE, "")
         store = RunStore(url) if is_remote(url) else None
-        sync = cls(store, Path(backup_dir), Path(tensorboard_dir), is_chief, no_backup=bool(env.get(ENV_RUN_STORE_NO_BACKUP)))
+        sync = cls(store, Path(backup_dir), Path(tensorboard_dir), is_chief,
+                   no_backup=bool(env.get(ENV_RUN_STORE_NO_BACKUP)))
         if store is not None and env.get(ENV_RUN_STORE_PROGRESS) and env.get(ENV_PROGRESS_FILE):
             sync._follow_progress(Path(env[ENV_PROGRESS_FILE]))
         return sync

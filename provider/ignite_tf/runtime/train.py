@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         timeline.replay(show=info.is_chief)  # the pod's first process's moments, if it was one
         timeline.mark("runtime_started", show=info.is_chief)
         if args.serve or info.serves:
-            serve(epochs=args.epochs or 0, batch_size=args.batch_size, label_column=args.label_column, features=features,
-                  shuffle_buffer=args.shuffle_buffer)
+            serve(epochs=args.epochs or 0, batch_size=args.batch_size, label_column=args.label_column,
+                  features=features, shuffle_buffer=args.shuffle_buffer)
             return 0
         if not args.entry_point:
             raise ConfigError("--entry-point module:function is required for a task that trains")

@@ -1,10 +1,10 @@
 """The FastAPI app Airflow's API server mounts at ``/ignite-tf`` (registered by ``ignite_tf.ui.plugin``).
 
 Every route needs an Airflow login: the UI's session cookie or an ``Authorization: Bearer`` token, checked by
-Airflow's own ``get_user``, and a user sees the clusters of the DAGs they may read. The clusters come from the state store of the ``ignite_default`` connection
-(``IGNITE_TF_UI_CONN_ID`` names another; without a connection, the local state folder); the shard plan,
-validation and publish results of the same DAG run from Airflow's metadata DB (XCom). No secret reaches the
-page: the connection is only used to read the state.
+Airflow's own ``get_user``, and a user sees the clusters of the DAGs they may read. The clusters come from the
+state store of the ``ignite_default`` connection (``IGNITE_TF_UI_CONN_ID`` names another; without a connection, the
+local state folder); the shard plan, validation and publish results of the same DAG run from Airflow's metadata DB
+(XCom). No secret reaches the page: the connection is only used to read the state.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def gather(cluster: str | None = None, limit: int = 20,
                 try:
                     results = run_results(labels["dag_id"], labels["run_id"])
                 except Exception as exc:  # noqa: BLE001 - the cluster is still worth showing
-                    log.warning("ignite-tf page: XComs of %s/%s unreadable: %s", labels["dag_id"], labels["run_id"], exc)
+                    log.warning("ignite-tf page: XComs of %s/%s unreadable: %s", labels["dag_id"], labels["run_id"],
+                                exc)
             views.append(cluster_view(state, alive=launcher.is_alive(state), results=results))
         return views, store.describe(), ""
     except Exception as exc:  # noqa: BLE001 - show the error on the page, not a bare 500

@@ -68,8 +68,8 @@ def _epochs(view: dict[str, Any]) -> str:
 
 
 def _tasks_text(view: dict[str, Any]) -> str:
-    return "<br>".join(f"{escape(t['name'])} {escape(t['state'])}" + (f" (restarts {t['restarts']})" if t["restarts"] else "")
-                       for t in view["tasks"])
+    return "<br>".join(f"{escape(t['name'])} {escape(t['state'])}"
+                       + (f" (restarts {t['restarts']})" if t["restarts"] else "") for t in view["tasks"])
 
 
 def overview(views: list[dict[str, Any]]) -> str:
@@ -180,7 +180,8 @@ def cluster_section(view: dict[str, Any], tensorboard: str) -> str:
 <span>started {escape(view['started'])} ({escape(view['age'])})</span>
 <span class="epochs">epochs {_epochs(view)}</span></p>
 {reason}
-<p class="meta">last epoch: {last or '-'} &middot; <a href="{escape(tensorboard)}" target="_blank" rel="noopener">TensorBoard</a>
+<p class="meta">last epoch: {last or '-'} &middot; \
+<a href="{escape(tensorboard)}" target="_blank" rel="noopener">TensorBoard</a>
 (<code>ignite-tf tensorboard {escape(view['id'])}</code>) &middot; run folder <code>{escape(view['run_dir'])}</code></p>
 <h3>Training curves</h3><div class="charts">{charts}</div>
 <div class="cols"><div><h3>Tasks</h3>{tasks}</div><div><h3>Shard plan</h3>{_plan(view['plan'])}
@@ -202,7 +203,8 @@ def render(views: list[dict[str, Any]], *, source: str, tensorboard_for, error: 
 <html lang="en"><head><meta charset="utf-8"><title>ignite-tf: TensorFlow clusters</title>{refresh}
 <style>{STYLE}</style></head><body>
 <h1>TensorFlow clusters</h1>
-<div class="sub">{len(views)} cluster(s) in {escape(source)}, newest first{' &middot; refreshes every 15 s' if running else ''}.
+<div class="sub">{len(views)} cluster(s) in {escape(source)}, newest first\
+{' &middot; refreshes every 15 s' if running else ''}.
 All runs in TensorBoard: <code>ignite-tf tensorboard RUN_ROOT</code></div>
 {err}{empty}{overview(views) if views else ''}
 {body}

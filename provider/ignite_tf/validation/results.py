@@ -293,8 +293,8 @@ def unique_over_cache(conn, cache: str, spec: ExpectationSpec, per_shard) -> Che
             check.detail += f" (within each shard only: cache {cache!r} has no SQL table to check it as a whole)"
             return check
         schema, table, key_alias = tables[0]
-        names = {r[0].lower(): r[0] for r in sql(client, "SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS WHERE SCHEMA_NAME = ? "
-                                                 "AND TABLE_NAME = ?", [schema, table])}
+        names = {r[0].lower(): r[0] for r in sql(client, "SELECT COLUMN_NAME FROM SYS.TABLE_COLUMNS "
+                                                 "WHERE SCHEMA_NAME = ? AND TABLE_NAME = ?", [schema, table])}
         if col not in names:
             check.error = check.detail = f"table {table} has no column {col!r} (columns: {', '.join(names)})"
             return check
@@ -324,7 +324,8 @@ def unique_over_cache(conn, cache: str, spec: ExpectationSpec, per_shard) -> Che
     check.bad_rows = [{"value": jsonable(v), "count": int(n), "keys": sorted(keys.get(v, []))[:SAMPLE_ROWS]}
                       for v, n in examples]
     key_name = (key_alias or "_key").lower()
-    shown = ", ".join(f"{col}={b['value']!r} in {key_name} {', '.join(map(str, b['keys']))}" for b in check.bad_rows[:3])
+    shown = ", ".join(f"{col}={b['value']!r} in {key_name} {', '.join(map(str, b['keys']))}"
+                      for b in check.bad_rows[:3])
     check.detail = (f"{dup_values} value(s) occur more than once, in {dup_rows} of {nonnull} rows ({pct:.2f}%)"
                     f"{f'; e.g. {shown}' if shown else ''}")
     return check

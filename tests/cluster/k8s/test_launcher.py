@@ -64,9 +64,9 @@ def _ignite_pods(core, ns, conn, cache) -> dict[str, str]:
 
 def test_workers_are_placed_next_to_their_ignite_nodes(kube, ignite_conn, data_cache, tmp_path):
     """Real scheduler on simulated nodes: each worker lands on the Kubernetes node of the Ignite pod that holds
-    its partitions (placement: required); the shard plan records the locality its own plan allows and the chief's output prints
-    it. Also checked on the real objects: one headless Service, pods owned by the ConfigMap, TF_CONFIG from
-    the Service's DNS names, the Ignite login in a Secret (not in the pod spec), a computed memory request."""
+    its partitions (placement: required); the shard plan records the locality its own plan allows and the chief's
+    output prints it. Also checked on the real objects: one headless Service, pods owned by the ConfigMap, TF_CONFIG
+    from the Service's DNS names, the Ignite login in a Secret (not in the pod spec), a computed memory request."""
     core, ns = kube
     where = _ignite_pods(core, ns, ignite_conn, data_cache)
     launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(

@@ -44,7 +44,8 @@ def test_baseline_is_the_measured_file_with_its_provenance():
     assert base.copy_bytes == pytest.approx(data["param_bytes"] / 4) and base.copy_bytes >= 4
     # A sync cluster's other workers, which do not save the model, measured apart: never above the chief.
     assert base.peer_param_bytes == data["peer_param_bytes"] <= base.param_bytes
-    assert base.copy_bytes_of(peer=True) == pytest.approx(data["peer_param_bytes"] / 4) and data["peer_param_bytes"] >= 16
+    assert (base.copy_bytes_of(peer=True) == pytest.approx(data["peer_param_bytes"] / 4)
+            and data["peer_param_bytes"] >= 16)
     assert base.tensorflow.startswith("2.") and base.measured[:2] == "20" and "bench/k8s/memory.py" in base.how
     # Measured in pods: a process's resident set also counts TensorFlow's shared libraries (a pod's cgroup
     # is charged for them only as the first on its node, as reclaimable page cache).

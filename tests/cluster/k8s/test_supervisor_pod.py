@@ -150,8 +150,9 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
     """Two clusters whose one task never becomes ready (a sleeping command: no TensorFlow), supervised by a pod.
     The first has `max_runtime: 25`: its pod, made by the launcher beside the supervisor's Deployment (the head
     start: it is there when the launch returns) and taken by the supervisor as its task's (no second pod),
-    carries that bound as activeDeadlineSeconds, and the supervisor stops the cluster once it is reached. The second is stopped by `ignite-tf stop` run in a shell of its own
-    (the state store's request: no signal reaches the supervisor's pod). Both end STOPPED and leave nothing."""
+    carries that bound as activeDeadlineSeconds, and the supervisor stops the cluster once it is reached. The
+    second is stopped by `ignite-tf stop` run in a shell of its own (the state store's request: no signal reaches
+    the supervisor's pod). Both end STOPPED and leave nothing."""
 
     from ignite_tf.cluster.api import start_cluster
 
@@ -201,8 +202,8 @@ def test_a_missing_namespace_or_an_image_the_node_cannot_get_is_said_at_once(dep
     """`ignite-tf start --launcher kubernetes` into a namespace that does not exist, then with an image the node
     does not have (pull policy Never, as on the local Kubernetes): each ends with an error naming the input and
     what to do (create the namespace; push the image and set kubernetes.image), within seconds rather than the
-    state's timeout, and leaves no pod, Deployment or other object of the cluster, and no recorded state. Real: the apiserver's 404, the
-    kubelet's ErrImageNeverPull. Simulated: nothing."""
+    state's timeout, and leaves no pod, Deployment or other object of the cluster, and no recorded state. Real: the
+    apiserver's 404, the kubelet's ErrImageNeverPull. Simulated: nothing."""
     core, ns, conn, run_root, exports = deployed
     cache = f"sup_err_{uuid.uuid4().hex[:6]}"
     home = tmp_path / "launcher"

@@ -191,7 +191,8 @@ def _cli(args: list[str], *, env: dict, cwd: Path, **kw) -> subprocess.Popen:
 def _bare_env(exports: dict, home: Path) -> dict:
     """A shell with the `make k8s-up` exports and nothing else of this session (its own HOME)."""
     home.mkdir(parents=True, exist_ok=True)
-    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL") if k in os.environ}
+    keep = {k: os.environ[k] for k in ("PATH", "LANG", "TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL")
+            if k in os.environ}
     return {**keep, **exports, "HOME": str(home), "IGNITE_TF_HOME": str(home / ".ignite-tf")}
 
 
@@ -228,8 +229,9 @@ def test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_fro
     """The README's commands with the `make k8s-up` exports only, each in a process of its own (own HOME,
     own working folder, no folder shared with the test or each other): `ignite-tf load` a CSV, then `ignite-tf
     start --launcher kubernetes --namespace NS --k8s '{"standby": true}' CACHE JOB_DIR python -m
-    ignite_tf.runtime ...` (sync, 2 workers, JOB_DIR shipped through the object store). Once the first attempt is up the supervisor
-    makes one warm pod per task, which imports TensorFlow and waits for its signed go record in the state store.
+    ignite_tf.runtime ...` (sync, 2 workers, JOB_DIR shipped through the object store). Once the first attempt is
+    up the supervisor makes one warm pod per task, which imports TensorFlow and waits for its signed go record in
+    the state store.
     When both say they wait, worker-1's pod is deleted with the default grace: it is gone within seconds (the TF
     process stops on SIGTERM), the whole-cluster restart is handed to the warm pods (no new task pod), the
     restarted chief resumes from the newest backup on the object store, and the epochs run equal the epochs

@@ -1,1 +1,2 @@
-"""TensorFlow tasks as Kubernetes pods next to the Ignite nodes that hold their partitions (``launcher: kubernetes``)."""
+"""TensorFlow tasks as Kubernetes pods next to the Ignite nodes that hold their partitions
+(``launcher: kubernetes``)."""

@@ -4,9 +4,9 @@ importing Airflow.
 The launcher resolves the ``kubernetes`` connection with Airflow's ``KubernetesHook`` and hands it to the
 supervisor as an ``AIRFLOW_CONN_<ID>`` variable in Airflow's JSON form (``launcher.connection_env``). Importing
 the hook costs the supervisor Airflow's configuration, its task SDK and ``kubernetes_asyncio`` — 4 s of a
-quiet 2-core machine and 16 s of a busy one, before its first pod could be created (the launcher's start too). ``core_v1`` reads that
-variable the way the hook reads the connection (``in_cluster``, ``kube_config_path``, ``kube_config``,
-``cluster_context``, ``disable_verify_ssl``, ``disable_tcp_keepalive``, also with the old
+quiet 2-core machine and 16 s of a busy one, before its first pod could be created (the launcher's start too).
+``core_v1`` reads that variable the way the hook reads the connection (``in_cluster``, ``kube_config_path``,
+``kube_config``, ``cluster_context``, ``disable_verify_ssl``, ``disable_tcp_keepalive``, also with the old
 ``extra__kubernetes__`` prefix) and builds the same client with the ``kubernetes`` package alone. A connection
 it cannot read that way (no such variable: one in Airflow's database or a secrets backend; a URI) goes through
 the hook as before.

@@ -234,7 +234,8 @@ class MemoryEstimate:
         return (f"memory estimate {who}: {self.quantity()} = (TensorFlow baseline {self.baseline_mib:.0f} MiB "
                 f"[measured {self.baseline.measured}, TensorFlow {self.baseline.tensorflow}] "
                 f"+ model {self.model_mib:.1f} MiB [parameters {params} x {2 + self.optimizer_slots} copies x "
-                f"{self.baseline.copy_bytes_of(self.peer):.1f} B; optimizer {optimizer}: {self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
+                f"{self.baseline.copy_bytes_of(self.peer):.1f} B; optimizer {optimizer}: "
+                f"{self.optimizer_slots} slot(s)] + input {self.batch_mib:.1f} MiB [{PREFETCHED_BATCHES} x "
                 f"{self.batch_size} + {BLOCKS_HELD} x {self.block_rows} rows x {self.row.fed} B] + reader "
                 f"{self.reader_mib:.1f} MiB [{self.row.read} B a row, {self.row.source}] + growth "
                 f"{self.growth_mib:.1f} MiB [{self.steps:,} steps x {STEP_GROWTH_BYTES / 1024:.0f} KiB]) x {HEADROOM} "
@@ -244,8 +245,8 @@ class MemoryEstimate:
         return {"params": self.params, "optimizer": self.optimizer, "optimizer_slots": self.optimizer_slots,
                 "batch_size": self.batch_size, "shuffle_buffer": self.shuffle_buffer, "row": asdict(self.row),
                 "baseline_mib": self.baseline_mib, "model_mib": self.model_mib, "batch_mib": self.batch_mib,
-                "reader_mib": self.reader_mib, "steps": self.steps, "growth_mib": self.growth_mib, "headroom": HEADROOM, "peer": self.peer,
-                "total_mib": self.total_mib}
+                "reader_mib": self.reader_mib, "steps": self.steps, "growth_mib": self.growth_mib, "headroom": HEADROOM,
+                "peer": self.peer, "total_mib": self.total_mib}
 
 
 def parse_mib(quantity: str | None) -> float | None:

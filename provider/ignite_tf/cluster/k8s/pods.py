@@ -3,20 +3,21 @@
 The supervisor pod (``ignite_tf.cluster.k8s.supervisor``, the default) or ``python -m ignite_tf.cluster.k8s.pods
 CLUSTER_JSON K8S_JSON`` (a detached process on the launching host, ``kubernetes.supervisor: process``) runs
 ``Supervisor`` (``ignite_tf.cluster.supervision``) with this backend. It creates the cluster's owner ConfigMap
-and the Secret (for a pod supervisor the launcher made them) and the headless Service, then one pod per task. A pod is up when Ready; it ended with its container's exit status (137 for a pod deleted behind
-the supervisor's back, evicted, or on a lost node); a pod not up says why (the scheduler's reason for a
-Pending pod, an image that cannot be pulled) for the start-up deadline's message; an OOMKilled pod names its
-limit and the memory estimate. Pods run with ``restartPolicy: Never``: the kubelet never restarts a task
-behind the supervisor's back. A deleted owner ConfigMap stops the cluster.
+and the Secret (for a pod supervisor the launcher made them) and the headless Service, then one pod per task. A pod
+is up when Ready; it ended with its container's exit status (137 for a pod deleted behind the supervisor's back,
+evicted, or on a lost node); a pod not up says why (the scheduler's reason for a Pending pod, an image that cannot
+be pulled) for the start-up deadline's message; an OOMKilled pod names its limit and the memory estimate. Pods run
+with ``restartPolicy: Never``: the kubelet never restarts a task behind the supervisor's back. A deleted owner
+ConfigMap stops the cluster.
 
 Every pod's output is streamed into ``<run>/logs/<task>.log`` (``ignite_tf.cluster.k8s.podlogs``), so logs
-outlive the pods; with an object-store run root the supervisor copies those files to the store as they grow (``ignite_tf.runstore.mirror``), and the pods get no
-volume of the run: each works in its own staging folder (``objects.POD_RUN_DIR``), takes the shard plan and the
-shipped code from its start files (``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store
-(``ignite_tf.cluster.k8s.entry``) and copies its backup, model, events and progress reports there
-(``ignite_tf.runstore.sync``); the store's credentials reach it through the cluster's Secret only. When the
-supervisor ends — success, failure or stop — it
-deletes the owner, which garbage-collects everything, and waits until nothing of the cluster is left.
+outlive the pods; with an object-store run root the supervisor copies those files to the store as they grow
+(``ignite_tf.runstore.mirror``), and the pods get no volume of the run: each works in its own staging folder
+(``objects.POD_RUN_DIR``), takes the shard plan and the shipped code from its start files
+(``ignite_tf.cluster.k8s.startfiles``: a ConfigMap made here) or the store (``ignite_tf.cluster.k8s.entry``) and
+copies its backup, model, events and progress reports there (``ignite_tf.runstore.sync``); the store's credentials
+reach it through the cluster's Secret only. When the supervisor ends — success, failure or stop — it deletes the
+owner, which garbage-collects everything, and waits until nothing of the cluster is left.
 """
 
 from __future__ import annotations
@@ -652,7 +653,8 @@ class PodBackend(Backend):
         pods = self.warm.adopt(pods)
         attempt = 0
         for pod in sorted(pods, key=lambda p: int(p.metadata.labels.get(objects.LABEL_ATTEMPT, 0))):
-            task, n = pod.metadata.labels.get(objects.LABEL_TASK), int(pod.metadata.labels.get(objects.LABEL_ATTEMPT, 0))
+            task, n = (pod.metadata.labels.get(objects.LABEL_TASK),
+                       int(pod.metadata.labels.get(objects.LABEL_ATTEMPT, 0)))
             if task is None:
                 continue
             self.attempts[task], self.current[task] = n, pod.metadata.name

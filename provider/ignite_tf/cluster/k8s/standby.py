@@ -3,11 +3,11 @@
 A sync cluster restarts whole when one worker is lost, and each new pod used to pay its scheduling, start and
 TensorFlow's import (about 5 of the 15.5 s from a deleted pod to the next epoch) before it could restore. With
 ``standby`` the pod supervisor keeps (``WarmPods``, asked by its pod backend), once the cluster is up, one
-more pod per task: ``python -m ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual first process
-(``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork server
-imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and the
-label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster restart the
-supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``): the
+more pod per task: ``python -m ignite_tf.cluster.k8s.standby -- python -m ignite_tf.runtime ...`` under the usual
+first process (``ignite_tf.cluster.k8s.entry``: start files, shipped code, taskboot), which imports what the fork
+server imports (``ignite_tf.cluster.forkserver.PRELOAD``), reads what the fork server's hook reads (the columns and
+the label's classes) and imports the run store's client (``warm``), and then waits. At the next whole-cluster
+restart the supervisor writes a go record into the cluster's state (``GO_KEY`` in ``ClusterState.launcher``): the
 generation, the cluster attempt and their HMAC-SHA256 under the cluster's own key (``ENV_KEY``: made at the
 launch, in the cluster's Secret, which only its pods and its supervisor take). Each standby pod of that
 generation reads it from the state store, checks the signature, sets the attempt (nothing else: its
