@@ -27,12 +27,11 @@ import os
 import signal
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ignite_tf import contract, timeline
-from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_SHARD_PLAN, ENV_TENSORBOARD_DIR, Mode
+from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.runstore.layout import RunFolder
@@ -47,8 +46,9 @@ from ignite_tf.runtime.model import (
     save_model,
     saved_metrics,
 )
+from ignite_tf.runtime.prepare import import_tf_while_reading, preload_inputs
 from ignite_tf.runtime.report import EpochReporter
-from ignite_tf.runtime.start import import_tf, is_coordinator, read_ahead_plan, wait_for_leader
+from ignite_tf.runtime.start import import_tf, is_coordinator, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
 
 
@@ -151,142 +151,118 @@ def train(entry_point, *, epochs: int, batch_size: int = DEFAULT_BATCH_SIZE,
 
     info = task_info(mode)
     stopping.probe_platform(info)  # beside the imports and the backup's read, not inside fit
-    if info.serves:
-        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
-    if epochs < 1 or batch_size < 1:
-        raise ConfigError(f"epochs and batch_size must be >= 1 (got epochs={epochs}, batch_size={batch_size})")
+    _check_task(info, epochs, batch_size)
     plan = itd.load_plan(plan)
-    ckpt = Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute()
-    tb_dir = Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute()
-    backup_dir = ckpt / RunFolder.BACKUP
-    store_sync = TaskSync.from_env(backup_dir, tb_dir, info.is_chief)  # an object-store run root; else no-ops
-    store_sync.pull()  # its newest backup (with its attempt file), before anything here looks at backup_dir
-    stopping.claim(backup_dir, info)  # an older attempt still running ends before its next backup
-    store_sync.push_meanwhile()  # the claim, for an older attempt's pod that reads the store
-    # TensorFlow's import keeps one core busy for seconds: the columns and the first block are read meanwhile,
-    # by modules imported first, so the two threads never import side by side.
-    import ignite_tf.reader.partition  # noqa: F401
-    import ignite_tf.runtime.inputs  # noqa: F401
-
-    ahead = read_ahead_plan(info, backup_dir, preloaded="tensorflow" in sys.modules)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="ignite-tf-prepare")
-    try:
-        shared = _PRELOADED.get(_preload_key(plan, label_column, features))
-        prepared = _done(shared[0]) if shared else pool.submit(
-            _prepare_input, info, plan, label_column, features, batch_size, shuffle_buffer,
-            {"import-process": True, "import-thread": "thread"}.get(ahead, False))
-        # The label's classes too (one SQL aggregate), taken only if the model function asks for them.
-        classes = None if "n_classes" in (model_kwargs or {}) else _done(shared[1]) if shared else (
-            pool.submit(lambda: _label_classes(plan, prepared.result())))
-        tf = import_tf()
-        import tf_keras
-
-        names, label_name, label_dtype = prepared.result()
-    finally:
-        pool.shutdown(wait=False)  # the classes may still be counted: _model waits for them if it needs them
-    if ahead == "after-import":  # read while the strategy starts, the model is built and its step traced
-        itd.read_ahead(batch_size, 0, label_column=label_name, features=names, stack=True, plan=plan,
-                       shuffle_buffer=shuffle_buffer)
-    timeline.mark("tf_imported", show=info.is_chief)
+    folders = _Folders.of(checkpoint_dir, tensorboard_dir)
+    store_sync = _take_backup(info, folders)
+    tf, tf_keras, inputs = import_tf_while_reading(info, plan, folders.backup, label_column, features, batch_size,
+                                                   shuffle_buffer, model_kwargs)
     fn = load_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
     strat = strategy(info.mode)
     timeline.mark("strategy_ready", show=info.is_chief)
     steps, examples_per_step, step_level = _steps(info, strat, plan, batch_size, epochs, steps_per_epoch,
                                                   checkpoint_every_steps)
     # A backup written on SIGTERM is of a step: tf_keras then resumes at the next step, as with step backups.
-    start_epoch, start_step = _resume(backup_dir, steps, step_level or stopping.saves_on_stop(strat, info),
+    start_epoch, start_step = _resume(folders.backup, steps, step_level or stopping.saves_on_stop(strat, info),
                                       epochs, info)
-    offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(names)}
-    model = model_in_scope(fn, strat, classes, offered)  # adds n_classes to offered
+    offered = {**(model_kwargs or {}), "learning_rate": learning_rate, "n_features": len(inputs.names)}
+    model = model_in_scope(fn, strat, inputs.classes, offered)  # adds n_classes to offered
     from ignite_tf.runtime.inputs import fit_dataset
 
-    data = fit_dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=label_name, features=names,
-                       label_dtype=label_dtype, epochs=epochs, steps=steps, start_epoch=start_epoch,
-                       start_step=start_step, shuffle_buffer=shuffle_buffer)
-    reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, tb_dir)
-    # Backup first: an epoch is reported only once it would survive a restart (its steps are counted before).
-    callbacks = [reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
-        tf_keras, strat, info, backup_dir, checkpoint_every_steps or "epoch", on_backup=store_sync.pushed_then(
-            on_backup), on_stop_saved=reporter.end_epoch_if_complete), reporter.callback(tf_keras)]
-    timeline.mark("fit_start", show=info.is_chief)
-    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
-    timeline.mark("fit_end", show=info.is_chief)
+    data = fit_dataset(tf_keras, strat, info, plan, batch_size=batch_size, label=inputs.label,
+                       features=inputs.names, label_dtype=inputs.label_dtype, epochs=epochs, steps=steps,
+                       start_epoch=start_epoch, start_step=start_step, shuffle_buffer=shuffle_buffer)
+    reporter = EpochReporter(tf, info, epochs, steps, examples_per_step, folders.tensorboard)
+    _fit(tf_keras, model, data, strat, info, folders, store_sync, reporter, epochs=epochs, steps=steps,
+         checkpoint_every_steps=checkpoint_every_steps, on_backup=on_backup)
     model_info = {"entry_point": entry_point if isinstance(entry_point, str) else getattr(fn, "__qualname__", ""),
-        "features": names, "label": label_name, "label_dtype": str(label_dtype), "epochs": epochs,
-        "batch_size": batch_size, "mode": info.mode.value, "metrics": reporter.last or saved_metrics(ckpt),
-        "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
-    model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
-                                 save=lambda m: save_model(m, ckpt, info, model_info))
-    evaluation = held_out.after_training(plan, model_dir, batch_size=batch_size, log=_log)
-    store_sync.finish(model_dir)
-    timeline.mark("saved", show=info.is_chief)
+                  "features": inputs.names, "label": inputs.label, "label_dtype": str(inputs.label_dtype),
+                  "epochs": epochs, "batch_size": batch_size, "mode": info.mode.value,
+                  "metrics": reporter.last or saved_metrics(folders.checkpoints),
+                  "cluster_id": os.environ.get(ENV_CLUSTER_ID), "saved_at": time.time()}
+    model_dir, evaluation = _save_and_evaluate(model, fn, offered, info, plan, folders, store_sync, model_info,
+                                               batch_size)
     return {"start_epoch": start_epoch, "epochs": epochs, "epochs_run": reporter.epochs_run,
             "metrics": reporter.last or model_info["metrics"], "model_dir": model_dir, "chief": info.is_chief,
             "evaluation": evaluation}
 
 
-# What ``preload`` read in the fork server, by (cache, label column, features): its forked tasks inherit it.
-_PRELOADED: dict[tuple, tuple[tuple[list[str], str, Any], int | None]] = {}
-PLAN_WAIT_S = 30.0
+class _Folders(NamedTuple):
+    """Where a training task keeps its files: ``checkpoints`` (``backup/``: BackupAndRestore's state,
+    ``model/``: the SavedModel) and ``tensorboard``."""
+
+    checkpoints: Path
+    tensorboard: Path
+
+    @classmethod
+    def of(cls, checkpoint_dir: str | None, tensorboard_dir: str | None) -> _Folders:
+        return cls(Path(checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR) or "checkpoints").absolute(),
+                   Path(tensorboard_dir or os.environ.get(ENV_TENSORBOARD_DIR) or "tensorboard").absolute())
+
+    @property
+    def backup(self) -> Path:
+        return self.checkpoints / RunFolder.BACKUP
+
+
+def _check_task(info: TaskInfo, epochs: int, batch_size: int) -> None:
+    if info.serves:
+        raise ConfigError(f"task {info.type}-{info.index} serves in async mode: run serve() there; the chief trains")
+    if epochs < 1 or batch_size < 1:
+        raise ConfigError(f"epochs and batch_size must be >= 1 (got epochs={epochs}, batch_size={batch_size})")
+
+
+def _take_backup(info: TaskInfo, folders: _Folders) -> TaskSync:
+    """The run's newest backup in place and this attempt's claim on it: an older attempt still running ends
+    before its next backup (``stopping.claim``). The sync with an object-store run root (else no-ops)."""
+    store_sync = TaskSync.from_env(folders.backup, folders.tensorboard, info.is_chief)
+    store_sync.pull()  # its newest backup (with its attempt file), before anything here looks at the folder
+    stopping.claim(folders.backup, info)
+    store_sync.push_meanwhile()  # the claim, for an older attempt's pod that reads the store
+    return store_sync
+
+
+def _fit(tf_keras, model, data, strat, info: TaskInfo, folders: _Folders, store_sync: TaskSync,
+         reporter: EpochReporter, *, epochs: int, steps: int, checkpoint_every_steps: int | None,
+         on_backup) -> None:
+    """``model.fit`` with its backups and reports. Backup first: an epoch is reported only once it would survive
+    a restart (its steps are counted before)."""
+    import ignite_tf.data as itd
+
+    callbacks = [reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
+        tf_keras, strat, info, folders.backup, checkpoint_every_steps or "epoch",
+        on_backup=store_sync.pushed_then(on_backup), on_stop_saved=reporter.end_epoch_if_complete),
+        reporter.callback(tf_keras)]
+    timeline.mark("fit_start", show=info.is_chief)
+    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    itd.drop_read_ahead()  # one no dataset took (a resumed run, a plan it did not match)
+    timeline.mark("fit_end", show=info.is_chief)
+
+
+def _save_and_evaluate(model, fn, offered: dict[str, Any], info: TaskInfo, plan, folders: _Folders,
+                       store_sync: TaskSync, model_info: dict[str, Any], batch_size: int) -> tuple[Any, Any]:
+    """(model folder, held-out evaluation): the SavedModel written once (the chief; a rebuilt copy where the
+    strategy's model cannot be saved), evaluated on the held-out rows, and pushed to the run store."""
+    model_dir = ending.save_once(model, rebuild=lambda: build_model(fn, offered), info=info, log=_log,
+                                 save=lambda m: save_model(m, folders.checkpoints, info, model_info))
+    evaluation = held_out.after_training(plan, model_dir, batch_size=batch_size, log=_log)
+    store_sync.finish(model_dir)
+    timeline.mark("saved", show=info.is_chief)
+    return model_dir, evaluation
 
 
 def preload(argv: list[str]) -> None:
     """Called by the fork server (``ignite_tf.cluster.forkserver``) beside its TensorFlow import, with the
-    runtime's arguments: read what every training task reads first, the columns and the label's classes, once;
-    the tasks forked afterwards skip those queries. A failure is left for each task to meet and report. The
-    server may start while the launcher still makes the shard plan: this waits for its file, ``PLAN_WAIT_S``."""
+    runtime's arguments: the columns and the label's classes every training task reads first, read once
+    (``ignite_tf.runtime.prepare.preload_inputs``); the tasks forked afterwards skip those queries."""
     args = build_parser().parse_args(argv)
     if args.serve or not args.entry_point:
         return
     stopping.probe_platform(task_info())  # a warm standby pod's (the fork server has no TF_CONFIG: its tasks ask)
-    path = os.environ.get(ENV_SHARD_PLAN)
-    deadline = time.monotonic() + PLAN_WAIT_S
-    while path and not os.path.exists(path):
-        if time.monotonic() > deadline:
-            return  # each task loads the plan itself
-        time.sleep(0.01)
-    import ignite_tf.data as itd
-
-    plan = itd.load_plan(None)
-    features = _features(args.features)
-    found = _prepare_input(task_info(), plan, args.label_column, features, args.batch_size, args.shuffle_buffer, False)
-    _PRELOADED[_preload_key(plan, args.label_column, features)] = (found, _label_classes(plan, found))
-
-
-def _preload_key(plan, label_column: str, features: list[str] | None) -> tuple:
-    return plan.partition_map.cache, label_column, tuple(features or ())
-
-
-def _done(value):
-    future = Future()
-    future.set_result(value)
-    return future
+    preload_inputs(args.label_column, _features(args.features), args.batch_size, args.shuffle_buffer)
 
 
 def _features(text: str | None) -> list[str] | None:
     return [f.strip() for f in text.split(",") if f.strip()] if text else None
-
-
-def _prepare_input(info: TaskInfo, plan, label_column: str, features: list[str] | None, batch_size: int,
-                   shuffle_buffer: int, read_ahead: bool | str) -> tuple[list[str], str, Any]:
-    """(feature names, label name, label dtype); with ``read_ahead`` (True: in a child process, ``"thread"``:
-    in a thread) also starts reading this task's first block of epoch 0 (``ignite_tf.data.read_ahead``)."""
-    import ignite_tf.data as itd
-    from ignite_tf.runtime.inputs import columns
-
-    names, label_name, label_dtype = columns(plan, label_column, features)
-    if read_ahead:
-        itd.read_ahead(batch_size, 0, label_column=label_name, features=names, stack=True, plan=plan,
-                       shuffle_buffer=shuffle_buffer, process=read_ahead is True)
-    return names, label_name, label_dtype
-
-
-def _label_classes(plan, columns: tuple[list[str], str, Any]) -> int | None:
-    from ignite_tf.runtime.inputs import label_classes
-
-    _, label, label_dtype = columns
-    return label_classes(plan, label, label_dtype)
 
 
 def _steps(info: TaskInfo, strat, plan, batch_size: int, epochs: int, steps_per_epoch: int | None,
