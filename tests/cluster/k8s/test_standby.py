@@ -97,24 +97,27 @@ def _waiter(tmp_path, cluster_id: str = "sb1", store_env: dict | None = None) ->
                                 stderr=subprocess.STDOUT)
 
 
-@pytest.mark.parametrize("kind", ["local", "ignite"])
-def test_a_standby_takes_only_its_generations_go_signed_with_its_clusters_key(kind, tmp_path, request):
+def test_a_standby_takes_only_its_generations_go_signed_with_its_clusters_key(tmp_path):
     """A go record of an older generation is waited past; one for this generation written by another holder of
     the state store's connection (another process, with another key: it cannot know this cluster's) is refused
     and waited past, though it names the generation and an attempt; the one the supervisor signs is taken, and
-    the task runs as that attempt with the environment the pod was made with, without the key. ``ignite``: the
-    state in the session's real Ignite caches, the forger another client of its own."""
-    import uuid
+    the task runs as that attempt with the environment the pod was made with, without the key. The state in a
+    local folder; the forger another store over it."""
+    _takes_only_its_signed_go(tmp_path, None, LocalStateStore(tmp_path / "state"), LocalStateStore(tmp_path / "state"))
 
+
+def test_a_standby_on_the_ignite_store_refuses_a_go_forged_by_another_ignite_client(tmp_path, ignite_conn):
+    """The same, with the state in the session's real Ignite caches and the forger another client of its own."""
     from ignite_tf.state import IgniteStateStore
 
+    store_env = {ENV_STATE_STORE: "ignite", **ignite_conn.to_env()}
+    _takes_only_its_signed_go(tmp_path, store_env, IgniteStateStore(ignite_conn), IgniteStateStore(ignite_conn))
+
+
+def _takes_only_its_signed_go(tmp_path, store_env, store, forger) -> None:
+    import uuid
+
     cluster_id = f"sb-{uuid.uuid4().hex[:8]}"
-    if kind == "local":
-        store_env, store, forger = None, LocalStateStore(tmp_path / "state"), LocalStateStore(tmp_path / "state")
-    else:
-        conn = request.getfixturevalue("ignite_conn")
-        store_env = {ENV_STATE_STORE: "ignite", **conn.to_env()}
-        store, forger = IgniteStateStore(conn), IgniteStateStore(conn)
     state = ClusterState(cluster_id=cluster_id, cache="c", mode="sync", run_dir=str(tmp_path))
     store.put(state)
     proc = _waiter(tmp_path, cluster_id, store_env)
