@@ -216,14 +216,6 @@ class TestFiles(Backend):
         names = sorted(p.name for p in (tmp_path / "state" / "watches").iterdir())
         assert names[0] == ".lock" and len(names) == 2 and len(names[1]) <= 200, names
 
-    def test_the_old_module_names_the_same_objects(self):
-        import ignite_tf.cluster.state as old
-        import ignite_tf.state as new
-
-        assert old.__all__ == new.__all__
-        assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)
-
-
 class TestIgnite(Backend):
     @pytest.fixture
     def make_kv(self, ignite_conn):
