@@ -205,13 +205,14 @@ def _k8s_settings(args) -> dict:
 
 def cmd_start(args, conn) -> int:
     from ignite_tf.cluster.api import start_cluster
+    from ignite_tf.cluster.job import TrainingJob
     from ignite_tf.state import ExitCode
 
     launcher = _launcher(conn, args)
-    job = {"command": [args.program, *args.program_args], "job_dir": args.job_dir}
-    state = start_cluster(args.cache, job, conn=conn, mode=Mode(args.mode), workers=args.workers, ps=args.ps,
-                          cluster_id=args.cluster_id, launcher=launcher, env=args.env,
-                          supervision=supervision_of(args), run_root=args.run_root, py_modules=args.py_modules,
+    job = TrainingJob(command=(args.program, *args.program_args), job_dir=args.job_dir, mode=args.mode,
+                      workers=args.workers, ps=args.ps, py_modules=tuple(str(m) for m in args.py_modules or ()))
+    state = start_cluster(args.cache, job, conn=conn, cluster_id=args.cluster_id, launcher=launcher, env=args.env,
+                          supervision=supervision_of(args), run_root=args.run_root,
                           evaluation=args.evaluation, evaluation_seed=args.evaluation_seed)
     print(state.cluster_id, flush=True)
     if args.detach:

@@ -54,6 +54,7 @@ PYTHON: dict[str, str] = {
     "ignite_tf.etl.LoadReport": "class",
     "ignite_tf.cluster.api.start_cluster": "function",
     "ignite_tf.cluster.api.make_launcher": "function",
+    "ignite_tf.cluster.job.TrainingJob": "class",
     "ignite_tf.state.Status": "class",
     "ignite_tf.runstore.RunStore": "class",
     "ignite_tf.plan.partitions.PartitionMap": "class",

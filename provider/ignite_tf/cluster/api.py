@@ -5,10 +5,12 @@ from __future__ import annotations
 import shutil
 import zipfile
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ignite_tf.cluster.environment import parse_env, pass_through
+from ignite_tf.cluster.job import TrainingJob
 from ignite_tf.cluster.launcher import Launcher, LauncherKind, LocalLauncher
 from ignite_tf.cluster.spec import build_spec, check_cluster_id, new_cluster_id
 from ignite_tf.cluster.supervision import RestartPolicy, Supervision
@@ -72,18 +74,24 @@ def prepare_job_dir(job_dir: str | Path, run_dir: Path) -> str:
     raise ConfigError(f"JOB_DIR {job_dir} is neither a folder nor a zip file")
 
 
-def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = Mode.SYNC,
-                  workers: int | None = None, ps: int = 1, cluster_id: str | None = None,
+def start_cluster(cache: str, job: TrainingJob | Mapping[str, Any], *, conn, mode: str | Mode | None = None,
+                  workers: int | None = None, ps: int | None = None, cluster_id: str | None = None,
                   run_root: str | Path | None = None, reshuffle: str | None = None, seed: int = 0,
                   evaluation: float | None = None, evaluation_seed: int = 0,
                   launcher: Launcher | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
                   plan=None, labels: Mapping[str, Any] | None = None, supervision: Supervision | None = None,
                   max_restarts: int | None = None, startup_deadline_s: float | None = None,
                   grace_period_s: float | None = None, restart_policy: RestartPolicy | str | None = None,
-                  progress_timeout_s: float | None = None, py_modules: Iterable[str | Path] = ()) -> ClusterState:
+                  progress_timeout_s: float | None = None,
+                  py_modules: Iterable[str | Path] | None = None) -> ClusterState:
     """Plan shards over ``cache`` and launch a TF cluster running ``job``; returns its recorded state.
 
-    :param job: ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``.
+    :param job: what to train, a :class:`ignite_tf.cluster.job.TrainingJob`; or a job dict,
+        ``{"entry_point": "module:function", "args": [...]}`` or ``{"command": [...], "job_dir": ...}``, read by
+        ``TrainingJob.from_job``.
+    :param mode: ``mode``, ``workers``, ``ps`` and ``py_modules`` change one field of the job each (None or
+        empty: the job's; a job dict's are sync, one worker per Ignite server node, one ps, none; ``workers=0``
+        is None).
     :param workers: default one per Ignite server node (a worker next to each node's data).
     :param cluster_id: a stable id names one training: a running cluster with that id is returned (re-attach),
         so is one that succeeded (its result reused, nothing trained again); one that failed, was stopped or
@@ -110,12 +118,14 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     supervision = Supervision.build(supervision, max_restarts=max_restarts, startup_deadline_s=startup_deadline_s,
                                     grace_period_s=grace_period_s, restart_policy=restart_policy,
                                     progress_timeout_s=progress_timeout_s)
+    job = TrainingJob.from_job(job, mode=mode, workers=workers or None, ps=ps,
+                               py_modules=tuple(str(m) for m in py_modules) if py_modules else None)
     if conn is None:
         raise ConfigError("no Ignite connection: pass -c FILE (or an Airflow connection id) or set IGNITE_TF_ADDRESSES")
     cluster_id = check_cluster_id(cluster_id) if cluster_id else new_cluster_id()
     pass_through(parse_env(env)[1])  # a named variable that is not set fails before anything starts
-    if "job_dir" in job and not Path(job["job_dir"]).exists():
-        raise ConfigError(f"JOB_DIR {job['job_dir']} does not exist")
+    if job.job_dir is not None and not Path(job.job_dir).exists():
+        raise ConfigError(f"JOB_DIR {job.job_dir} does not exist")
     launcher = launcher or make_launcher(conn)
     existing = launcher.find(cluster_id)
     if existing is not None and (launcher.is_alive(existing) or existing.status is Status.SUCCEEDED):
@@ -132,22 +142,23 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
     folder = RunFolder(staging_dir(cluster_id)) if store.remote else RunFolder.of(cluster_id, root)
     run_dir = folder.path
     run_dir.mkdir(parents=True, exist_ok=True)
-    if plan is not None and workers not in (None, plan.workers):
-        raise ConfigError(f"workers={workers} but the shard plan has {plan.workers} workers")
+    if plan is not None and job.workers not in (None, plan.workers):
+        raise ConfigError(f"workers={job.workers} but the shard plan has {plan.workers} workers")
     plan_path = folder.shard_plan
-    job = dict(job)
-    if "job_dir" in job:
-        job["job_dir"] = prepare_job_dir(job["job_dir"], run_dir)
-    job.pop("shipped", None)
+    if job.job_dir is not None:
+        job = replace(job, job_dir=prepare_job_dir(job.job_dir, run_dir))
     # A remote run's tasks may not see this disk (pods): its job folder goes to the store too.
-    shipped = shipping.ship(store, job.get("entry_point"), py_modules, job.get("job_dir") if store.remote else None,
+    shipped = shipping.ship(store, job.entry_point, job.py_modules, job.job_dir if store.remote else None,
                             local_copy=folder.code_zip if store.remote else None)
+    # The spec records what was shipped, not the paths on this host it was packed from.
+    recorded = {k: v for k, v in job.to_job().items() if k != "py_modules"}
     if shipped:
-        job["shipped"] = shipped
+        recorded["shipped"] = shipped
 
     def spec_for(workers: int, worker_hosts=None):
         return build_spec(
-            cluster_id=cluster_id, cache=cache, mode=mode, workers=workers, ps=ps, run_dir=run_dir, job=job,
+            cluster_id=cluster_id, cache=cache, mode=job.mode, workers=workers, ps=job.ps, run_dir=run_dir,
+            job=recorded,
             worker_hosts=worker_hosts, shard_plan_path=str(plan_path), env=env, labels=labels,
             supervision=supervision, run_store=store.url if store.remote else "",
         )
@@ -161,9 +172,9 @@ def start_cluster(cache: str, job: dict[str, Any], *, conn, mode: str | Mode = M
         save_plan(plan)
         return launcher.launch(spec_for(plan.workers, plan.worker_hosts))
     plan_path.unlink(missing_ok=True)  # the fork server's preload waits for this run's plan, never reads an older one
-    with launcher.launching(spec_for(workers or 1)) as launch:
+    with launcher.launching(spec_for(job.workers or 1)) as launch:
         pm = PartitionMap.discover(conn, cache)
-        workers = workers or len(pm.nodes)
+        workers = job.workers or len(pm.nodes)
         plan = ShardPlan.build(pm, workers, worker_hosts=next_to_nodes(pm, workers), reshuffle=reshuffle,
                                seed=seed, conn=conn, evaluation=evaluation, evaluation_seed=evaluation_seed)
         save_plan(plan)

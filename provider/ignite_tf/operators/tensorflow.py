@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -13,6 +12,11 @@ from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EPOCHS, DEFAULT_LABEL
 from ignite_tf.operators.base import IgniteTFOperator, WaitsForCluster, as_dict
 from ignite_tf.operators.links import ClusterPageLink, TensorBoardLink, first_try_of, task_instance_cluster_id
 from ignite_tf.public_api import warn_deprecated
+
+# The keyword arguments a ``job=`` stands for, with their defaults (one given beside ``job=`` is refused).
+JOB_KEYWORDS = {"entry_point": None, "command": None, "job_dir": None, "mode": Mode.SYNC.value, "workers": None,
+                "ps": 1, "epochs": DEFAULT_EPOCHS, "batch_size": DEFAULT_BATCH_SIZE, "learning_rate": None,
+                "label_column": DEFAULT_LABEL_COLUMN, "model_args": None, "extra_args": None, "py_modules": None}
 
 
 class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
@@ -27,6 +31,10 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
     keeps two tries from starting two clusters.
 
     :param cache: cache with the training data (templated).
+    :param job: the whole training at once: a :class:`ignite_tf.cluster.job.TrainingJob` (or its ``to_dict()``):
+        code, mode, workers, ps, epochs, batch size, label, features, model arguments, py_modules. It stands
+        for the job's keyword arguments below (``entry_point`` to ``extra_args``, ``mode``, ``workers``,
+        ``ps``, ``py_modules``): give one or the other.
     :param entry_point: ``module:function`` returning a compiled tf_keras model (the runtime trains it); give
         this or ``command``.
     :param command: a user script's command (list), run in ``job_dir`` with TF_CONFIG set (templated).
@@ -87,7 +95,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                                       "run_root", "py_modules", "validation", "on_data_change")
     operator_extra_links = (ClusterPageLink(), TensorBoardLink())
 
-    def __init__(self, *, cache: str, entry_point: str | None = None, command: list[str] | None = None,
+    def __init__(self, *, cache: str, job: Any = None, entry_point: str | None = None, command: list[str] | None = None,
                  job_dir: str | None = None, plan: Any = None, mode: str = Mode.SYNC.value,
                  workers: int | str | None = None,
                  ps: int | str = 1, epochs: int | str = DEFAULT_EPOCHS, batch_size: int | str = DEFAULT_BATCH_SIZE,
@@ -102,10 +110,15 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                  run_store_conn_id: str | None = None, py_modules: list[str] | None = None,
                  validation: Any = None, on_data_change: str = "fail", **kwargs):
         super().__init__(**kwargs)
-        if (entry_point is None) == (command is None):
+        if job is not None:
+            given = {k for k, v in locals().items() if k in JOB_KEYWORDS and v != JOB_KEYWORDS[k]}
+            if given:
+                raise ValueError(f"{self.task_id}: job= holds {', '.join(sorted(given))}: give them in job= only")
+        elif (entry_point is None) == (command is None):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
         if command is not None and model_args:
             raise ValueError(f"{self.task_id}: model_args= goes with entry_point=; a command takes its own arguments")
+        self.job = job
         self.cache, self.entry_point, self.command, self.job_dir = cache, entry_point, command, job_dir
         self.plan, self.mode, self.workers, self.ps = plan, mode, workers, ps
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
@@ -135,16 +148,22 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                 "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1)),
                 "first_try": str(first_try_of(ti, self.retries))}
 
-    def job(self) -> dict[str, Any]:
+    def training_job(self):
+        """The ``TrainingJob`` of ``job=``, or of the job's keyword arguments, their templates rendered: the one
+        place they become one value."""
+        from ignite_tf.cluster.job import TrainingJob
+
+        if self.job is not None:
+            return TrainingJob.parse(self.job if isinstance(self.job, TrainingJob) else as_dict(self.job))
         if self.command:
-            return {"command": list(self.command), "job_dir": self.job_dir or "."}
-        args = ["--epochs", str(int(self.epochs)), "--batch-size", str(int(self.batch_size)),
-                "--label-column", self.label_column]
-        if self.learning_rate not in (None, ""):
-            args += ["--learning-rate", str(float(self.learning_rate))]
-        for key, value in (as_dict(self.model_args) if self.model_args else {}).items():
-            args += ["--model-arg", f"{key}={json.dumps(value)}"]
-        return {"entry_point": self.entry_point, "args": args + list(self.extra_args or [])}
+            job = TrainingJob(command=self.command, job_dir=self.job_dir or ".")
+        else:
+            job = TrainingJob(entry_point=self.entry_point).build(
+                epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
+                label_column=self.label_column, model_args=self.model_args or None)
+        job = job.build(mode=self.mode, workers=self.workers or None, ps=self.ps,
+                        py_modules=tuple(self.py_modules or ()) or None)
+        return job.with_flags(self.extra_args) if self.extra_args and not self.command else job
 
     def supervision_settings(self):
         """The ``Supervision`` of ``supervision=`` and the single settings, their templates rendered."""
@@ -171,13 +190,12 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             # The workers check every partition they read against what the gate validated.
             plan.fingerprints = {"expected": fingerprints,
                                  "on_data_change": OnDataChange.parse(self.on_data_change).value}
+        job = self.training_job()
         state = start_cluster(
-            self.cache, self.job(), conn=self.conn, mode=Mode.parse(self.mode),
-            workers=int(self.workers) if self.workers else None, ps=int(self.ps), cluster_id=cluster_id,
-            run_root=self.run_root, launcher=launcher, plan=plan, env=self.env, labels=self.labels_for(context),
-            supervision=self.supervision_settings(), py_modules=self.py_modules or (),
+            self.cache, job, conn=self.conn, cluster_id=cluster_id, run_root=self.run_root, launcher=launcher,
+            plan=plan, env=self.env, labels=self.labels_for(context), supervision=self.supervision_settings(),
         )
-        self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, self.mode,
+        self.log.info("TensorFlow cluster %s (%s, %d tasks) started; run dir %s", cluster_id, job.mode.value,
                       len(state.tasks), state.run_dir)
         context["ti"].xcom_push(key="cluster_id", value=cluster_id)
         if state.status.final and self.wait_for_completion:  # an earlier try's cluster succeeded: its result

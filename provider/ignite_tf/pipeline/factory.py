@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,20 +190,23 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         {"source": str(source.path), "schema": source.schema} if source.path is not None
         else {"source_callable": GeneratorSource(source.generator, source.rows, source.seed)})
     suite = str(config.suite)
-    mode = _param("mode", params, training.mode.value)
-    workers = _param("workers", params, training.workers)
-    if training.entry_point:
-        job: dict[str, Any] = {"entry_point": training.entry_point,
-                               "epochs": _param("epochs", params, training.epochs),
-                               "batch_size": _param("batch_size", params, training.batch_size),
-                               "learning_rate": _param("learning_rate", params, training.learning_rate),
-                               "model_args": _param("model_args", params, dict(training.model_args)),
-                               "label_column": training.label_column}
-        recorded = {"entry_point": training.entry_point, "label_column": training.label_column,
+    # The spec's TrainingJob gives the operator its job; the settings a run may change are its Params.
+    spec_job = training.job
+    mode = _param("mode", params, spec_job.mode.value)
+    workers = _param("workers", params, spec_job.workers)
+    if spec_job.entry_point:
+        job: dict[str, Any] = {"entry_point": spec_job.entry_point,
+                               "epochs": _param("epochs", params, spec_job.epochs),
+                               "batch_size": _param("batch_size", params, spec_job.batch_size),
+                               "learning_rate": _param("learning_rate", params, spec_job.learning_rate),
+                               "model_args": _param("model_args", params, dict(spec_job.model_args)),
+                               "label_column": spec_job.label_column}
+        recorded = {"entry_point": spec_job.entry_point, "label_column": spec_job.label_column,
                     **{k: job[k] for k in ("epochs", "batch_size", "learning_rate", "model_args")}}
     else:
-        # The interpreter of whoever parses the DAG: the worker that runs the task parses it again.
-        job = {"command": training.argv(sys.executable), "job_dir": str(training.job_dir)}
+        # Its command runs with the interpreter of whoever parses the DAG: the worker that runs the task parses
+        # it again.
+        job = {"command": list(spec_job.command), "job_dir": spec_job.job_dir}
         recorded = {"command": list(training.command)}
     env = list(training.env)
     if config.publish is not None and config.shard_plan.evaluation:
@@ -234,11 +236,11 @@ def render(config: PipelineConfig) -> list[DagSpec]:
         TaskSpec("train", f"{OPERATORS}.tensorflow.TFClusterOperator",
                  {**conn, **run, "cache": config.cache, "plan": Ref("shard_plan", "plan"), "mode": mode,
                   "workers": workers,
-                  "ps": _param("ps", params, training.ps), "deferrable": training.deferrable,
+                  "ps": _param("ps", params, spec_job.ps), "deferrable": training.deferrable,
                   "validation": Ref("validation_gate"), "on_data_change": training.on_data_change,
                   **{k: v for k, v in training.supervision.to_dict().items() if k in SUPERVISION_KEYS},
                   **({"env": env} if env else {}), **job,
-                  **({"py_modules": [str(m) for m in training.py_modules]} if training.py_modules else {}),
+                  **({"py_modules": list(spec_job.py_modules)} if spec_job.py_modules else {}),
                   **({"launcher": training.launcher.value} if training.launcher is not LauncherKind.LOCAL else {}),
                   **({"kubernetes": training.kubernetes} if training.kubernetes else {}), **policy("training")},
                  after=("validation_gate",)),

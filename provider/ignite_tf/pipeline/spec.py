@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import yaml
 
 from ignite_tf.cluster.environment import parse_env
+from ignite_tf.cluster.job import JobError, TrainingJob
 from ignite_tf.cluster.launcher import LauncherKind
 from ignite_tf.cluster.supervision.settings import Supervision, SupervisionError
 from ignite_tf.connection import DEFAULT_CONN_ID
@@ -120,6 +122,8 @@ class TrainingConfig:
     deferrable: bool = True
     """The training task waits in the triggerer (no worker slot held); false: in its worker."""
     on_data_change: str = "fail"  # rows read differ from those validated: fail, or warn (validation.fingerprints)
+    job: TrainingJob = field(init=False, repr=False, compare=False)
+    """The section's training as one value, its settings at their spec values (a run's Params may change them)."""
 
     def __post_init__(self):
         try:
@@ -135,27 +139,27 @@ class TrainingConfig:
                 KubernetesSettings.parse(self.kubernetes)
             except (ConfigError, TypeError) as exc:
                 _fail("kubernetes", str(exc))
-        if (self.entry_point is None) == (not self.command):
-            _fail("", "give exactly one of entry_point ('module:function') or command ([script, args...], job_dir)")
-        if self.workers < 1:
-            _fail("workers", f"{self.workers} is not allowed: a cluster needs at least 1 worker")
-        if self.mode is Mode.ASYNC and self.ps < 1:
-            _fail("ps", "async mode needs at least 1 parameter server")
-        if self.epochs < 1 or self.batch_size < 1:
-            _fail("epochs" if self.epochs < 1 else "batch_size", "must be >= 1")
-        if self.learning_rate is not None and self.learning_rate <= 0:
-            _fail("learning_rate", "must be > 0 (or null for the model's default)")
+        if self.command and self.model_args:
+            _fail("model_args", "goes with entry_point; a command takes its settings as arguments")
+        try:
+            object.__setattr__(self, "job", self._training_job())
+        except JobError as exc:
+            _fail("" if exc.field == "entry_point" else exc.field, str(exc))
         if self.command:
             if self.job_dir is None or not self.job_dir.exists():
                 _fail("job_dir", f"{self.job_dir} does not exist (paths are relative to the spec file)")
             script = self.script
             if script is not None and self.job_dir.is_dir() and not (self.job_dir / script).is_file():
                 _fail("command", f"{script!r} is not a file in job_dir {self.job_dir}")
-        elif self.job_dir is not None:
-            _fail("job_dir", "goes with command; an entry_point's own module is shipped to the tasks, and other "
-                             "folders or .py files it needs go in py_modules")
-        if self.command and self.model_args:
-            _fail("model_args", "goes with entry_point; a command takes its settings as arguments")
+
+    def _training_job(self) -> TrainingJob:
+        code = {"entry_point": self.entry_point, "job_dir": str(self.job_dir) if self.job_dir else None,
+                "mode": self.mode, "workers": self.workers, "ps": self.ps,
+                "py_modules": tuple(str(m) for m in self.py_modules)}
+        if self.command:
+            return TrainingJob(command=self.argv(sys.executable), **code)
+        return TrainingJob(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
+                           label_column=self.label_column, model_args=self.model_args, **code)
 
     @property
     def script(self) -> str | None:

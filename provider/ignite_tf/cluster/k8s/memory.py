@@ -21,12 +21,12 @@
   330 MiB more): a pod is charged for TensorFlow's libraries only as the first on its node to read them, as
   clean page cache the kernel reclaims at the limit; counting them would double every small task's request.
 - **Row width**: the columns the task reads, from the cache itself (``ignite_tf.reader.columns.cache_columns``)
-  with the job's ``--label-column`` and ``--features``: features are fed as one float32 matrix, the label in
-  its own type, and the reader decodes every column in its own type.
+  with the job's ``label_column`` and ``features`` (``ignite_tf.cluster.job.TrainingJob``): features are fed
+  as one float32 matrix, the label in its own type, and the reader decodes every column in its own type.
 - **Growth**: a worker of a multi-worker ``fit`` (TensorFlow 2.21, MultiWorkerMirroredStrategy) keeps 7-12 KiB
   more anonymous memory after each training step, for good (``bench/k8s/memory_growth.py``: pods and local
   processes, and a bare 2-worker tf_keras ``fit`` over memory; one process's ``fit``, the reader and the
-  ``tf.data`` pipeline alone keep flat): ``--epochs`` x the steps of an epoch (``--steps-per-epoch``, else the
+  ``tf.data`` pipeline alone keep flat): ``epochs`` x the steps of an epoch (``steps_per_epoch``, else the
   largest shard of the plan's first epoch over the batch) x ``STEP_GROWTH_BYTES``.
 - **Model**: parameters from ``kubernetes.model_params`` or the entry point's ``parameters(**model_args)``
   attribute; the optimizer from the entry point's ``optimizer`` model argument (its default when not given),
@@ -41,6 +41,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from ignite_tf.cluster.job import TrainingJob
 
 # Copies of the weights an optimizer keeps, as tf_keras 2.21 builds them (``model_footprint`` measures it):
 # its SGD makes a momentum slot per weight even with momentum=0; RMSprop's ``centered`` adds a second.
@@ -289,20 +291,21 @@ def row_width(plan, conn=None, label_column: str | None = None, features: list[s
                                f"{label_name} ({dtypes[label_name]})")
 
 
-def entry_point_model(job: dict) -> ModelSize:
+def entry_point_model(job: TrainingJob | dict) -> ModelSize:
     """Parameters and optimizer of an entry point's model, without TensorFlow: its ``parameters(**model_args)``
     attribute, and its ``optimizer`` model argument (the function's default when not given) or attribute."""
-    entry = job.get("entry_point") or _arg(_args(job), "--entry-point")
+    job = TrainingJob.from_job(job)
+    entry = job.model_entry_point
     if not entry:
         return ModelSize(None, None)
     import inspect
 
     module, _, name = entry.partition(":")
     try:
-        fn = getattr(_import_shipped(module, job.get("job_dir")), name)
+        fn = getattr(_import_shipped(module, job.job_dir), name)
     except (ImportError, AttributeError):
         return ModelSize(None, None)
-    kwargs = _model_args(_args(job))
+    kwargs = dict(job.model_args)
     params = None
     count = getattr(fn, "parameters", None)
     if count is not None:
@@ -341,60 +344,33 @@ def _import_shipped(module: str, job_dir: str | None):
         sys.path.remove(str(job_dir))
 
 
-def _args(job: dict) -> list[str]:
-    return [str(a) for a in (job.get("args") or job.get("command") or [])]
-
-
-def _arg(args: list[str], flag: str) -> str | None:
-    return args[args.index(flag) + 1] if flag in args[:-1] else None
-
-
-def _model_args(args: list[str]) -> dict:
-    out = {}
-    for i, a in enumerate(args[:-1]):
-        if a == "--model-arg":
-            key, _, value = args[i + 1].partition("=")
-            try:
-                out[key] = json.loads(value)
-            except ValueError:
-                out[key] = value
-    return out
-
-
-def estimate(job: dict, plan=None, params: int | None = None, optimizer: str | None = None, *, conn=None,
-             row: RowWidth | None = None) -> MemoryEstimate:
-    """The memory of one task of ``job`` over ``plan``'s cache.
+def estimate(job: TrainingJob | dict, plan=None, params: int | None = None, optimizer: str | None = None, *,
+             conn=None, row: RowWidth | None = None) -> MemoryEstimate:
+    """The memory of one task of ``job`` (a TrainingJob, or a job dict as ``TrainingJob.from_job`` reads it)
+    over ``plan``'s cache.
 
     :param params: the model's parameters (``kubernetes.model_params``); default: the entry point's count.
     :param optimizer: the optimizer's name; default: the entry point's (Adam assumed when unknown).
     :param conn: the Ignite cluster to read the table's columns from (default: this process's ``IGNITE_TF_*``).
     :param row: the row width, when already known (else read from the table).
     """
-    from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER
-
-    args = _args(job)
-    batch = int(_arg(args, "--batch-size") or DEFAULT_BATCH_SIZE)
-    shuffle = int(_arg(args, "--shuffle-buffer") or DEFAULT_SHUFFLE_BUFFER)
-    features = _arg(args, "--features")
-    label = _arg(args, "--label-column") or _arg(args, "--label")
+    job = TrainingJob.from_job(job)
     model = entry_point_model(job)
     params = params if params is not None else model.params
     optimizer = (optimizer or model.optimizer or "").lower() or None
     if row is None:
-        row = row_width(plan, conn, label, features.split(",") if features else None)
-    return MemoryEstimate(params, optimizer_slots(optimizer), batch, row, shuffle, optimizer,
-                          steps=training_steps(args, plan, batch))
+        row = row_width(plan, conn, job.label_column, list(job.features) or None)
+    return MemoryEstimate(params, optimizer_slots(optimizer), job.batch_size, row, job.shuffle_buffer, optimizer,
+                          steps=training_steps(job, plan))
 
 
-def training_steps(args: list[str], plan, batch_size: int) -> int:
-    """Steps one worker trains over the run when several train together (``MemoryEstimate.steps``): ``--epochs``
-    x ``--steps-per-epoch``, else x the largest shard of the plan's first epoch over ``batch_size``. 0 for one
-    worker, or without ``--epochs`` (a script's own loop: not known)."""
-    epochs = _arg(args, "--epochs")
-    if plan is None or not epochs:
+def training_steps(job: TrainingJob, plan) -> int:
+    """Steps one worker trains over the run when several train together (``MemoryEstimate.steps``): ``epochs``
+    x ``steps_per_epoch``, else x the largest shard of the plan's first epoch over the batch size. 0 for one
+    worker, or without ``epochs`` (a script's own loop: not known)."""
+    if plan is None or not job.epochs:
         return 0
     rows = plan.rows_per_worker(0)
     if len(rows) < 2:
         return 0
-    per_epoch = _arg(args, "--steps-per-epoch")
-    return int(epochs) * (int(per_epoch) if per_epoch else max(rows) // max(batch_size, 1))
+    return job.epochs * (job.steps_per_epoch or max(rows) // max(job.batch_size, 1))
