@@ -21,9 +21,6 @@ SOFT_LIMIT = 400
 WHOLE = {
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
-    "ignite_tf.cluster.k8s.pods": "one class, PodBackend: the cluster's Kubernetes objects, its pods' start, "
-                                  "observation and deletion, and the pod supervisor's entry point (the pods' "
-                                  "logs: podlogs; the warm standby pods: standby)",
 }
 
 

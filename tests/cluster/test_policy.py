@@ -327,3 +327,43 @@ def test_nothing_is_written_after_the_final_state(tmp_path, ending):
     assert code is (ExitCode.STOPPED if ending == "stopped" else ExitCode.SUCCEEDED)
     finals = [i for i, status in enumerate(store.written) if status.final]
     assert finals == [len(store.written) - 1], store.written
+
+
+# -- what a backend may ask of its supervisor ------------------------------------------------------------
+def test_the_supervisor_is_the_host_its_backends_talk_to(tmp_path):
+    """Backends reach the loop through ``SupervisorHost`` only: the ``Supervisor`` is one, with every method it
+    declares, each used by a backend of the package and none other; what a backend reads and records through it
+    is the cluster's recorded state, seen here from a plain backend during a real run."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from ignite_tf.cluster.supervision.backend import SupervisorHost
+
+    declared = {n for n, v in vars(SupervisorHost).items() if inspect.isfunction(v) and not n.startswith("_")}
+    assert declared == {"event", "mark", "save", "beat", "cluster_attempt", "restart_count", "started_at",
+                        "record_launcher", "epochs"}
+    for name in declared:
+        mine = inspect.signature(getattr(Supervisor, name))
+        assert list(mine.parameters) == list(inspect.signature(getattr(SupervisorHost, name)).parameters), name
+    cluster = Path(__file__).resolve().parents[2] / "provider" / "ignite_tf" / "cluster"
+    used = {m for path in cluster.rglob("*.py") for m in re.findall(r"(?:self|b)\.host\.(\w+)", path.read_text())}
+    assert used == declared
+
+    seen: dict[str, object] = {}
+
+    class Asking(PlainTasks):
+        def refresh(self):
+            assert isinstance(self.host, SupervisorHost)
+            seen.update(attempt=self.host.cluster_attempt(), restarts=self.host.restart_count(),
+                        started=self.host.started_at(), epochs=self.host.epochs())
+            self.host.record_launcher("asked", True)
+
+    spec = build_spec(cluster_id="asking", cache="c", mode="sync", workers=1, run_dir=str(tmp_path / "run"),
+                      job={"entry_point": "m:f"}, port_for=ports())
+    backend = Asking(spec, {spec.chief.name: [Run(0, polls=3)]})
+    supervisor = Supervisor(spec, LocalStateStore(tmp_path / "state"), backend)
+    assert backend.host is supervisor
+    assert supervisor.run() is ExitCode.SUCCEEDED
+    assert seen == {"attempt": 0, "restarts": 0, "started": supervisor.state.started_at, "epochs": []}
+    assert supervisor.state.launcher["asked"] is True

@@ -192,11 +192,12 @@ def _oomkilled_pod(name: str, limit: str):
 
 @pytest.mark.parametrize("resources", [{}, {"limits": {"memory": "368Mi"}}])
 def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_restart(resources, tmp_path):
-    """The rule of ``PodBackend`` on an OOMKilled pod (the real kill and restart on the node:
+    """The rule of ``PodBackend`` (``oom.MemoryLimits``) on an OOMKilled pod (the real kill and restart on the node:
     tests/cluster/k8s/test_oom.py): at a limit the estimate set, the next pods get ``OOM_GROWTH`` times it, once
     per attempt however many of its pods were killed; at a limit the user set, nothing changes."""
     from ignite_tf.cluster.k8s import objects
-    from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
+    from ignite_tf.cluster.k8s.oom import OOM_GROWTH
+    from ignite_tf.cluster.k8s.pods import PodBackend
     from ignite_tf.cluster.k8s.settings import KubernetesSettings
     from ignite_tf.cluster.spec import build_spec
     from tests.runstore.test_remote_run import Recorder
@@ -207,7 +208,7 @@ def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_resta
     backend = PodBackend(spec, KubernetesSettings.parse({"placement": "none", "resources": resources}), "ns",
                          "img:1", core=Recorder())
     backend.owner = {"name": "oom1", "uid": "uid-1"}
-    backend.memory = backend.memory_estimate = "368Mi"
+    backend.memory.limit = backend.memory.estimate = "368Mi"
     events: list[str] = []
     backend.event = events.append
     for task, name in zip(spec.tasks, ("oom1-worker-0-0", "oom1-worker-1-0"), strict=True):  # both in one attempt
@@ -217,10 +218,10 @@ def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_resta
     assert [o.exit_code for o in seen] == [137, 137]
     grown = f"{math.ceil(368 * OOM_GROWTH / 16) * 16}Mi"
     if resources:
-        assert backend.memory == "368Mi" and not events
+        assert backend.memory.limit == "368Mi" and not events
         assert "raise kubernetes.resources.limits.memory" in seen[0].detail
         return
-    assert backend.memory == grown == "560Mi" and len(events) == 1 and "OOMKilled" in events[0]
+    assert backend.memory.limit == grown == "560Mi" and len(events) == 1 and "OOMKilled" in events[0]
     assert all("OOMKilled at its memory limit 368Mi" in o.detail and "a restart's pods get 560Mi" in o.detail
                for o in seen)
     backend.start(spec.tasks[0], 1)
@@ -231,7 +232,7 @@ def test_a_task_oomkilled_at_the_estimated_limit_gets_a_larger_one_for_its_resta
     backend.current[spec.tasks[0].name] = name
     backend.pods[name] = _oomkilled_pod(name, "560Mi")  # killed again: grown from the limit it had
     backend.observe(spec.tasks[0], starting=False)
-    assert backend.memory == f"{math.ceil(560 * OOM_GROWTH / 16) * 16}Mi" == "848Mi"
+    assert backend.memory.limit == f"{math.ceil(560 * OOM_GROWTH / 16) * 16}Mi" == "848Mi"
 
 
 def test_a_replaced_pod_supervisor_keeps_a_limit_grown_after_an_oomkill(tmp_path):
@@ -264,7 +265,7 @@ def test_a_replaced_pod_supervisor_keeps_a_limit_grown_after_an_oomkill(tmp_path
     backend.event = events.append
     assert backend.adopt(SimpleNamespace(launcher={"owner_uid": "uid-1"})) == 1
     backend._create_objects()  # as prepare does, after adopt
-    assert backend.memory_estimate != "560Mi" and backend.memory == "560Mi"
+    assert backend.memory.estimate != "560Mi" and backend.memory.limit == "560Mi"
     assert any("560Mi" in e and "kept" in e for e in events)
     backend.start(spec.tasks[0], 2)
     body = backend.core.created[-1][1]
@@ -306,7 +307,8 @@ def test_a_sync_clusters_other_workers_get_their_own_estimate(mode, resources, t
     bytes per parameter (``MemoryEstimate.for_peer``), the chief the full one. An async cluster, a limit the
     user set, and every pod after an OOMKill of any of them get one limit."""
     from ignite_tf.cluster.k8s import objects
-    from ignite_tf.cluster.k8s.pods import OOM_GROWTH, PodBackend
+    from ignite_tf.cluster.k8s.oom import OOM_GROWTH
+    from ignite_tf.cluster.k8s.pods import PodBackend
     from ignite_tf.cluster.k8s.settings import KubernetesSettings
     from ignite_tf.cluster.spec import build_spec
     from tests.runstore.test_remote_run import Recorder
@@ -333,7 +335,7 @@ def test_a_sync_clusters_other_workers_get_their_own_estimate(mode, resources, t
     assert parse_mib(peer) < parse_mib(chief)
     first = limits()
     if resources:
-        assert set(first.values()) == {"900Mi"} and backend.memory_peer == ""
+        assert set(first.values()) == {"900Mi"} and backend.memory.peer_limit == ""
         return
     if mode == "async":
         assert set(first.values()) == {chief}
@@ -345,4 +347,4 @@ def test_a_sync_clusters_other_workers_get_their_own_estimate(mode, resources, t
     backend.pods[name] = _oomkilled_pod(name, peer)
     backend.observe(spec.tasks[1], starting=False)
     grown = max(parse_mib(chief), math.ceil(parse_mib(peer) * OOM_GROWTH / 16) * 16)
-    assert set(limits().values()) == {f"{grown:.0f}Mi"} and backend.memory_peer == ""
+    assert set(limits().values()) == {f"{grown:.0f}Mi"} and backend.memory.peer_limit == ""

@@ -20,7 +20,7 @@ from ignite_tf_dev.k8s import cluster as local_k8s
 from ignite_tf.cluster.api import make_launcher, start_cluster
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.k8s.memory import estimate, parse_mib
-from ignite_tf.cluster.k8s.pods import OOM_GROWTH
+from ignite_tf.cluster.k8s.oom import OOM_GROWTH
 from ignite_tf.connection import IgniteConnectionConfig
 from ignite_tf.runstore import RunStore
 from ignite_tf.state import Status

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ignite_tf.cluster.k8s import objects, supervisor
+from ignite_tf.cluster.k8s import deploy, objects, supervisor
 from ignite_tf.cluster.k8s.settings import KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.spec import build_spec
 from ignite_tf.errors import ConfigError
@@ -26,8 +26,8 @@ def _spec(run_dir="/runs/tf-x1", run_store=None):
 
 
 def test_the_rbac_file_is_what_the_launcher_creates():
-    in_file = list(yaml.safe_load_all((ROOT / supervisor.RBAC_FILE).read_text()))
-    made = supervisor.rbac_manifests("training")
+    in_file = list(yaml.safe_load_all((ROOT / deploy.RBAC_FILE).read_text()))
+    made = deploy.rbac_manifests("training")
     assert [m["kind"] for m in made] == ["ServiceAccount", "Role", "RoleBinding"]  # nothing cluster-wide
     # The file's subject takes the binding's namespace (`kubectl apply -n NS`); the launcher names it.
     assert made[2]["subjects"][0].pop("namespace") == "training"
@@ -52,7 +52,7 @@ def test_the_supervisor_deployment_is_owned_by_the_root_and_takes_secrets_by_ref
     spec = _spec(run_store="s3://b/runs/tf-x1")
     settings = KubernetesSettings(labels={"team": "a"}, node_selector={"k": "v"})
     owner = {"metadata": {"name": "tf-x1", "uid": "u1"}}
-    dep = supervisor.deployment_manifest(spec, settings, "localhost/task:1", owner)
+    dep = deploy.deployment_manifest(spec, settings, "localhost/task:1", owner)
     assert dep["metadata"]["ownerReferences"] == [objects.owner_ref(owner)]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]
@@ -60,7 +60,7 @@ def test_the_supervisor_deployment_is_owned_by_the_root_and_takes_secrets_by_ref
     assert objects.LABEL_CLUSTER not in pod["metadata"]["labels"]  # not selected as a task (Service, backend)
     assert pod["metadata"]["labels"]["team"] == "a"
     ps = pod["spec"]
-    assert ps["serviceAccountName"] == supervisor.SERVICE_ACCOUNT and ps["restartPolicy"] == "Always"
+    assert ps["serviceAccountName"] == deploy.SERVICE_ACCOUNT and ps["restartPolicy"] == "Always"
     assert "nodeSelector" not in ps  # the tasks' placement is not the supervisor's
     (c,) = ps["containers"]
     assert c["imagePullPolicy"] == "Never" and c["command"][:3] == ["python", "-m", supervisor.MODULE]
@@ -68,12 +68,12 @@ def test_the_supervisor_deployment_is_owned_by_the_root_and_takes_secrets_by_ref
     assert all("value" not in e or e["name"] == "PYTHONUNBUFFERED" for e in c["env"])
     assert {"name": "cluster", "configMap": {"name": "tf-x1"}} in ps["volumes"]
     assert not [v for v in ps["volumes"] if "hostPath" in v]  # a run store: no volume
-    local = supervisor.deployment_manifest(_spec(), settings, "reg/task:1", owner)["spec"]["template"]["spec"]
+    local = deploy.deployment_manifest(_spec(), settings, "reg/task:1", owner)["spec"]["template"]["spec"]
     assert {"name": "run", "hostPath": {"path": "/runs/tf-x1", "type": "DirectoryOrCreate"}} in local["volumes"]
     assert "hostNetwork" not in local
     # On the host network the tasks reach Ignite (the state store) at host addresses: so must the supervisor.
     host = KubernetesSettings(host_network=True, dns=False)
-    on_host = supervisor.deployment_manifest(_spec(), host, "reg/task:1", owner)["spec"]["template"]["spec"]
+    on_host = deploy.deployment_manifest(_spec(), host, "reg/task:1", owner)["spec"]["template"]["spec"]
     assert on_host["hostNetwork"] is True and on_host["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 

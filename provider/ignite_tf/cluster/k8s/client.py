@@ -96,3 +96,11 @@ def error_message(exc: Exception) -> str:
         except (ValueError, AttributeError):
             pass
     return str(exc).splitlines()[0] if str(exc) else repr(exc)
+
+
+def api_exception() -> type[Exception]:
+    """The Kubernetes client's ``ApiException``, imported when first needed (the package's import is a second of
+    the pod supervisor's start)."""
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException

@@ -1,14 +1,14 @@
 """KubernetesLauncher: the ``Launcher`` whose tasks are pods (``launcher: kubernetes``).
 
-Its supervisor — the supervision loop with the pod backend (``ignite_tf.cluster.k8s.pods``) — runs as a pod
-of its own in the cluster's namespace (``ignite_tf.cluster.k8s.supervisor``; ``kubernetes.supervisor:
-process``: a detached process on this host, as the local launcher's) and keeps the cluster's state in the same
-store, so ``ps``, ``attach``, ``stop``, the operator and the trigger work unchanged; ``launch`` returns once the
-supervisor recorded the state, and this process may end at any time after. It talks to Kubernetes through
-Airflow's connection (``kubernetes_default``: a kubeconfig or in-cluster), read from its ``AIRFLOW_CONN_*``
-variable without importing Airflow where it can be (``ignite_tf.cluster.k8s.client``), else through
-``KubernetesHook``; the supervisor gets that connection, resolved here, through its environment. For a fresh
-cluster it also makes the first attempt's task pods, which the supervisor takes (``supervisor.start``).
+Its supervisor — the supervision loop with the pod backend (``ignite_tf.cluster.k8s.pods``) — runs as a pod of its
+own in the cluster's namespace (``ignite_tf.cluster.k8s.supervisor``, deployed by ``deploy``;
+``kubernetes.supervisor: process``: a detached process on this host, as the local launcher's) and keeps the
+cluster's state in the same store, so ``ps``, ``attach``, ``stop``, the operator and the trigger work unchanged;
+``launch`` returns once the supervisor recorded the state, and this process may end at any time after. It talks to
+Kubernetes through Airflow's connection (``kubernetes_default``: a kubeconfig or in-cluster), read from its
+``AIRFLOW_CONN_*`` variable without importing Airflow where it can be (``ignite_tf.cluster.k8s.client``), else
+through ``KubernetesHook``; the supervisor gets that connection, resolved here, through its environment. For a
+fresh cluster it also makes the first attempt's task pods, which the supervisor takes (``deploy.start``).
 
 With an object-store run root (``s3://...``, ``ignite_tf.runstore``) the pods need no volume: the run lives in
 the store, where every reader finds it after the pods are gone, and the job folder and the user's modules
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from ignite_tf.cluster.environment import pass_through
-from ignite_tf.cluster.k8s import client, objects, pods, standby, supervisor
+from ignite_tf.cluster.k8s import client, deploy, objects, pods, standby
 from ignite_tf.cluster.k8s.settings import DEFAULT_CONN_ID, KubernetesSettings, SupervisorMode
 from ignite_tf.cluster.launcher import LauncherKind, SupervisedLauncher
 from ignite_tf.cluster.spec import ClusterSpec
@@ -167,14 +167,14 @@ class KubernetesLauncher(SupervisedLauncher):
             "run_store": self.run_store(spec.run_store) if spec.run_store else None,
             "conn": self.conn if self.conn is not None else getattr(self.store, "conn", None)}
         try:
-            uid = supervisor.start(core.api_client, spec, self.settings, k8s["namespace"], k8s["image"],
+            uid = deploy.start(core.api_client, spec, self.settings, k8s["namespace"], k8s["image"],
                                    self.secret_env(spec), head_start)
         finally:
             failed = put.exception()  # waits: nothing of the launch goes on writing after it returns
         if failed is not None:  # as when it was written first: no cluster without its spec in the run store
             objects.delete_owner(core, k8s["namespace"], spec.cluster_id)
             raise failed
-        return supervisor.wait_recorded(self.store, core, spec, k8s["namespace"], uid,
+        return deploy.wait_recorded(self.store, core, spec, k8s["namespace"], uid,
                                         self.state_timeout_s if timeout is None else timeout)
 
     def secret_env(self, spec: ClusterSpec) -> dict[str, str]:

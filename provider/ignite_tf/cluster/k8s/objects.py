@@ -3,18 +3,25 @@
 One ConfigMap (named after the cluster, holding its spec and the pod backend's settings: the root) owns
 everything else: a Secret with the Ignite connection and the user's passed variables, a headless Service giving
 every task a stable DNS name (``worker-0.<service>.<namespace>.svc``, as Kubeflow's TFJob does), one pod per
-task attempt and the supervisor's Deployment (``ignite_tf.cluster.k8s.supervisor``). Deleting the ConfigMap
+task attempt and the supervisor's Deployment (``ignite_tf.cluster.k8s.deploy``). Deleting the ConfigMap
 garbage-collects the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
+from ignite_tf.cluster.commands import task_command
+from ignite_tf.cluster.k8s import startfiles
 from ignite_tf.cluster.k8s.settings import TF_PORT, KubernetesSettings, Placement
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask, Role
+from ignite_tf.contract import ENV_JOB_DIR, ENV_RUN_STORE_NO_BACKUP, ENV_RUN_STORE_PROGRESS
 from ignite_tf.reader.locality import ENV_NODE_NAME
+from ignite_tf.runstore.layout import RunFolder
 
 LABEL_CLUSTER = "ignite-tf.io/cluster"
 LABEL_TASK = "ignite-tf.io/task"
@@ -31,6 +38,11 @@ CONTAINER = "task"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 POD_RUN_DIR = "/tmp/ignite-tf-run"
 """A pod's own staging folder for a run whose root is an object store (no volume: the run lives in the store)."""
+LOST = 137
+"""The exit status of a task pod that is gone without one: deleted, evicted, its node lost."""
+DEADLINE_MARGIN_S = 60.0
+"""A pod's ``activeDeadlineSeconds`` beyond ``kubernetes.max_runtime`` and the grace period: the supervisor stops
+it first."""
 
 
 def service_name(cluster_id: str) -> str:
@@ -154,11 +166,59 @@ def pod_network(settings: KubernetesSettings) -> dict[str, Any]:
     return {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"} if settings.host_network else {}
 
 
+def pod_command(spec: ClusterSpec, task: ClusterTask) -> list[str]:
+    """``task``'s local command (``ignite_tf.cluster.commands.task_command``) with the image's ``python`` for
+    this interpreter."""
+    return ["python" if a == sys.executable else a for a in task_command(spec, task)]
+
+
+def pod_view(spec: ClusterSpec) -> ClusterSpec:
+    """The spec as a pod sees it: with an object-store run root, its paths in the pod's own staging folder
+    (``POD_RUN_DIR``; the plan and the code are fetched there by the pod's first process); else ``spec``."""
+    if not spec.run_store:
+        return spec
+    folder = RunFolder(Path(POD_RUN_DIR) / spec.cluster_id)
+    job = dict(spec.job)
+    if job.get("job_dir"):
+        job["job_dir"] = str(folder.code)  # the job folder was shipped in code.zip
+    return dataclasses.replace(spec, run_dir=str(folder.path), job=job,
+                               shard_plan_path=str(folder.shard_plan) if spec.shard_plan_path else None)
+
+
+def task_env(spec: ClusterSpec, task: ClusterTask, attempt: int, store_env: dict[str, str],
+             no_backup: bool = False) -> dict[str, str]:
+    """The variables of ``task``'s pod for cluster attempt ``attempt`` (``spec``: as the pod sees it,
+    ``pod_view``): the task's own, the state store's ``store_env`` (the runtime reports its epochs there; its
+    login comes from the Secret) and the job folder; with an object-store run root, progress reports go to the
+    store, and ``no_backup`` says the store held no backup as the pod was made (the task then asks nothing)."""
+    env = spec.task_env(task, attempt)
+    env.update(store_env)
+    if spec.job.get("job_dir"):
+        env[ENV_JOB_DIR] = spec.job["job_dir"]
+    if spec.run_store:
+        env[ENV_RUN_STORE_PROGRESS] = "1"
+        if no_backup:
+            env[ENV_RUN_STORE_NO_BACKUP] = "1"
+    return env
+
+
+def active_deadline(spec: ClusterSpec, runtime_left: float | None) -> int | None:
+    """A pod's ``activeDeadlineSeconds`` for ``runtime_left`` seconds of ``kubernetes.max_runtime`` (None: no
+    limit, no deadline): beyond the supervisor's own stop by the grace period and ``DEADLINE_MARGIN_S``, so that
+    the pod ends by itself even if no supervisor is left to stop it."""
+    if runtime_left is None:
+        return None
+    return max(1, int(runtime_left + spec.supervision.grace_period_s + DEADLINE_MARGIN_S))
+
+
 def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespace: str, settings: KubernetesSettings,
                  image: str, owner: dict[str, Any], argv: list[str], cwd: str, env: dict[str, str],
-                 node: str | None, memory: str) -> dict[str, Any]:
+                 node: str | None, memory: str, deadline: int | None = None,
+                 start_files: bool = False) -> dict[str, Any]:
     """One task attempt's pod. ``restartPolicy: Never``: the supervisor, not the kubelet, decides restarts
-    (whole cluster or one worker, by mode), so a failed pod stays as evidence until it is replaced."""
+    (whole cluster or one worker, by mode), so a failed pod stays as evidence until it is replaced.
+    ``deadline``: its ``activeDeadlineSeconds`` (``active_deadline``); ``start_files``: whether it mounts the
+    cluster's start files (``ignite_tf.cluster.k8s.startfiles``)."""
     volumes, mounts = run_volume(spec, settings)
     container = {
         "name": CONTAINER, "image": image,
@@ -198,7 +258,12 @@ def pod_manifest(spec: ClusterSpec, task: ClusterTask, attempt: int, *, namespac
             "labels": labels(spec, settings, **{LABEL_TASK: task.name, LABEL_ROLE: task.role.value,
                                                 LABEL_ATTEMPT: str(attempt)}),
             "annotations": {ANNOTATION_MEMORY: memory}, "ownerReferences": [owner_ref(owner)]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    if deadline is not None:
+        pod_spec["activeDeadlineSeconds"] = deadline
+    if start_files:
+        startfiles.mount(body, spec.cluster_id)
+    return body
 
 
 def delete_owner(core, namespace: str, cluster_id: str) -> bool:
@@ -217,7 +282,7 @@ def delete_owner(core, namespace: str, cluster_id: str) -> bool:
 def leftovers(core, namespace: str, cluster_id: str, supervisor: bool = True) -> list[str]:
     """The cluster's objects still in the namespace (empty: nothing left); ``supervisor``: its supervisor pods and
     its Secret too (False: for the supervisor pod itself, which the root's deletion ends last, and which may
-    not read Secrets: ``supervisor.ROLE_RULES``)."""
+    not read Secrets: ``deploy.ROLE_RULES``)."""
     selector = f"{LABEL_CLUSTER}={cluster_id}"
     out = [f"pod/{p.metadata.name}" for p in core.list_namespaced_pod(namespace, label_selector=selector).items]
     if supervisor:
@@ -261,3 +326,33 @@ def pod_terminated(pod):
         if cs.name == CONTAINER and cs.state and cs.state.terminated:
             return cs.state.terminated
     return None
+
+
+def exit_code(pod, deleted_by_us: bool) -> int | None:
+    """The exit status of the task in ``pod`` (``deleted_by_us``: the supervisor deleted it, so its deletion is not
+    a loss); None while it runs. ``LOST`` for a pod deleted behind the supervisor's back, evicted or on a lost
+    node."""
+    term = pod_terminated(pod)
+    if term is not None:
+        return int(term.exit_code)
+    if pod.metadata.deletion_timestamp and not deleted_by_us:
+        return LOST
+    if pod.status.phase == "Failed":  # evicted, node lost: no container status to read
+        return LOST
+    if pod.status.phase == "Succeeded":
+        return 0
+    return None
+
+
+def waiting_reason(pod, task: ClusterTask) -> str:
+    """Why ``task``'s ``pod`` (None: none yet) is not up: the scheduler's reason for a Pending pod, its container's
+    waiting reason (an image that cannot be pulled), or that its port does not answer yet."""
+    if pod is None:
+        return "no pod"
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False":
+            return f"Pending, not scheduled: {c.reason}: {c.message}"
+    waiting = pod_waiting(pod)
+    if waiting is not None:
+        return f"{waiting.reason}: {waiting.message or ''}".strip(": ")
+    return f"{pod.status.phase}, not listening on port {task.port} yet"

@@ -12,13 +12,15 @@ Two deployments are recognised:
 The result is recorded in the shard plan (``placement``: wanted and actual node per worker, the share of
 rows the plan lets each read locally, and ``ignite_nodes``: the Kubernetes node of each Ignite node) and
 printed in the chief's output. The workers' readers measure what they really read against ``ignite_nodes``
-and their own node (``ignite_tf.reader.locality``); ``measured`` puts that beside the plan's figures.
+and their own node (``ignite_tf.reader.locality``); ``measured`` puts that beside the plan's figures. A pod
+backend keeps one cluster's choice and its result in a ``WorkerPlacement``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ignite_tf.cluster.k8s.client import error_message
 from ignite_tf.cluster.k8s.settings import HOST_LABEL, KubernetesSettings, Placement
 
 
@@ -123,3 +125,55 @@ def describe(result: dict[str, Any]) -> str:
         lines.append(f"  worker-{w['worker']}: Ignite node {w['ignite_node']} on {w['wanted'] or '(unknown)'}, "
                      f"pod on {w['node']} ({'local' if w['local'] else 'remote'}), {w['rows']} rows{seen}")
     return "\n".join(lines)
+
+
+class WorkerPlacement:
+    """Where one cluster's workers are sent and where they went, for its pod backend: ``choose`` before the first
+    pods, ``node_for`` each worker's pod, ``record`` once every worker is scheduled. ``hosts``: Ignite node ->
+    Kubernetes node as the launcher found them (a pod supervisor may not list nodes); None: listed here."""
+
+    def __init__(self, settings: KubernetesSettings, hosts: dict[str, str] | None = None):
+        self.settings, self.hosts = settings, hosts
+        self.wanted: list[str | None] = []  # per worker, the node next to its Ignite node
+        self.ignite_nodes: dict[str, str] | None = None  # Ignite consistent id -> Kubernetes node, when found
+        # Placement is recorded once the workers are scheduled: for the affinity's result, and with any
+        # placement where Ignite's pods are known, for the map that measured locality needs (ignite_nodes).
+        self.done = settings.placement is Placement.NONE and not settings.ignite_selector
+
+    def choose(self, core, namespace: str, plan, plan_path: str) -> list[str]:
+        """Find the Kubernetes node of each Ignite node of ``plan`` and the node each worker is wanted on; with
+        Ignite's nodes known, put them in the plan (saved at ``plan_path``). Returns what to say.
+
+        :raises Exception: the nodes could not be listed and the placement needs them.
+        """
+        notes = []
+        try:
+            hosts = self.hosts if self.hosts is not None else ignite_node_hosts(
+                core, list(plan.partition_map.nodes.values()), self.settings, namespace)
+        except Exception as exc:  # noqa: BLE001 - without placement the map only serves the measurement
+            if self.settings.placement is not Placement.NONE:
+                raise
+            notes.append(f"Ignite pods ({self.settings.ignite_selector}) not listed: {error_message(exc)}; "
+                         f"measured locality is unknown")
+            hosts = {}
+        # With placement none this is where the data is, not where the workers are sent (no affinity).
+        self.wanted, self.ignite_nodes = wanted_nodes(plan, hosts), hosts
+        notes.append(f"placement {self.settings.placement.value}: Ignite nodes on Kubernetes nodes "
+                     + (", ".join(f"{k} -> {v}" for k, v in sorted(hosts.items())) or "(none found)"))
+        if hosts and plan.placement is None:
+            # The workers measure locality against this map as soon as they read; their plan is the one in the
+            # start files, made next, before the achieved placement is recorded (``record``).
+            plan.placement = {"ignite_nodes": dict(sorted(hosts.items()))}
+            plan.save(plan_path)
+        return notes
+
+    def node_for(self, worker: int) -> str | None:
+        """The node worker ``worker``'s pod is wanted on (None: anywhere)."""
+        return self.wanted[worker] if worker < len(self.wanted) else None
+
+    def record(self, plan, nodes: list[str]) -> str:
+        """Put what placement achieved, the workers being on ``nodes``, in ``plan`` (not saved); what to say."""
+        result = achieved(plan, self.wanted or [None] * len(nodes), nodes, self.settings.placement,
+                          self.ignite_nodes)
+        plan.placement = result
+        return describe(result)

@@ -160,7 +160,7 @@ class WarmPods:
         gen, spec = self.generation, self.spec(self.generation)
         made = {}
         for task in spec.tasks:
-            env = b.pod_env(spec, task, b.host.state.attempt + 1, ask_store=False)
+            env = b.pod_env(spec, task, b.host.cluster_attempt() + 1, ask_store=False)
             env[ENV_GENERATION] = str(gen)
             body = b.pod_body(spec, task, b.attempts.get(task.name, 0) + 1, env, command(b.command_for(spec, task)))
             body["metadata"]["name"] = f"{b.spec.cluster_id}-{task.name}-s{gen}"
@@ -182,7 +182,7 @@ class WarmPods:
         self.asked = now
         b = self.backend
         try:
-            return any(float(e.get("time", 0)) > self.up_since for e in b.host.store.epochs(b.spec.cluster_id))
+            return any(float(e.get("time", 0)) > self.up_since for e in b.host.epochs())
         except Exception:  # noqa: BLE001 - a store hiccup: ask again later
             return False
 
@@ -200,7 +200,7 @@ class WarmPods:
             return False
         name = self.pods.pop(task.name)
         # One record for the attempt's every task; saved by the loop once the attempt's tasks are started.
-        b.host.state.launcher[GO_KEY] = go(b.cluster_key, b.spec.cluster_id, self.generation, attempt)
+        b.host.record_launcher(GO_KEY, go(b.cluster_key, b.spec.cluster_id, self.generation, attempt))
         n = b.next_attempt(task)
         try:
             b.core.patch_namespaced_pod(name, b.namespace, {"metadata": {

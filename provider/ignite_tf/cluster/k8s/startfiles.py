@@ -37,6 +37,24 @@ def manifest(cluster_id: str, labels: dict[str, str], owner_ref: dict[str, Any],
             "binaryData": {k: base64.b64encode(v).decode() for k, v in files.items()}}
 
 
+def files_for(spec, run_store) -> dict[str, bytes] | None:
+    """The start files of ``spec``'s pods (a ``ClusterSpec`` whose run root is ``run_store``, a ``RunStore``): its
+    shard plan and its shipped ``code.zip`` (this host's copy, else the store's); None when the code cannot be
+    read (the pods then fetch it from the store themselves)."""
+    from ignite_tf.runstore import LAYOUT
+
+    files = {}
+    if spec.shard_plan_path and Path(spec.shard_plan_path).is_file():
+        files[PLAN] = Path(spec.shard_plan_path).read_bytes()
+    if spec.job.get("shipped"):
+        here = spec.folder.code_zip  # the launcher's copy, when it ran on this host
+        shipped = here.read_bytes() if here.is_file() else run_store.read_bytes(LAYOUT.code_zip)
+        if shipped is None:
+            return None
+        files[CODE] = shipped
+    return files
+
+
 def mount(pod: dict[str, Any], cluster_id: str) -> dict[str, Any]:
     """``pod`` (a manifest) with the start files' volume mounted in every container."""
     spec = pod["spec"]

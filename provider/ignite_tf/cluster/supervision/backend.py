@@ -1,10 +1,15 @@
 """What the supervision loop drives: a ``Backend`` starts, observes and stops one kind of task (local processes
-in ``processes.py``, pods in ``ignite_tf.cluster.k8s.pods``) and knows nothing of the restart rules."""
+in ``processes.py``, pods in ``ignite_tf.cluster.k8s.pods``) and knows nothing of the restart rules.
+
+A backend talks back to the loop driving it through ``SupervisorHost``, the few things it may ask of it (say
+something, mark a moment, record the state, read what the state says of the cluster's attempt): the
+``Supervisor`` of ``loop.py`` is one; a backend used without a supervisor (the Kubernetes launcher's head start)
+has none."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.supervision.policy import Observation
@@ -21,6 +26,40 @@ class HandOver(Exception):  # noqa: N818 - an event, not an error
     (its pod deleted), so it leaves the tasks running for its successor instead of stopping them."""
 
 
+@runtime_checkable
+class SupervisorHost(Protocol):
+    """What a backend may ask of the supervisor driving it (``Backend.host``)."""
+
+    def event(self, message: str) -> None:
+        """Say ``message`` in the supervisor's log and the chief's output."""
+
+    def mark(self, name: str) -> None:
+        """Mark the start-up moment ``name`` (``ignite_tf.timeline``) in the chief's output."""
+
+    def save(self, force: bool = False) -> None:
+        """Record the cluster's state (a heartbeat): at most every few seconds unless ``force``."""
+
+    def beat(self) -> bool:
+        """For a backend that waits: record the state and say whether to give up (a stop). May raise
+        ``HandOver``: a wait is where a replaced supervisor leaves."""
+
+    def cluster_attempt(self) -> int:
+        """The attempt of the whole cluster the state records (0 first, one more at each whole restart)."""
+
+    def restart_count(self) -> int:
+        """The restarts so far (of the cluster or of one task), as the state records them."""
+
+    def started_at(self) -> float:
+        """When the cluster first started (unix time; a resumed cluster keeps its first start's)."""
+
+    def record_launcher(self, key: str, value: Any) -> None:
+        """Keep ``value`` under ``key`` in the state's launcher info (``ClusterState.launcher``); written with
+        the next record."""
+
+    def epochs(self) -> list[dict[str, Any]]:
+        """The epochs the cluster's tasks recorded in the state store, oldest first."""
+
+
 class Backend(ABC):
     """Starts, observes and stops the tasks of one cluster; ``host`` (the loop) takes its events."""
 
@@ -32,7 +71,7 @@ class Backend(ABC):
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
-        self.host: Any = None  # the Supervisor (loop.py) driving this backend; it sets itself here
+        self.host: SupervisorHost | None = None  # the Supervisor (loop.py) driving this backend sets itself here
 
     def launcher_info(self) -> dict[str, Any]:
         """Where the tasks run beyond this machine, kept in the state (``ClusterState.launcher``)."""

@@ -23,10 +23,12 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ignite_tf import timeline
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
+from ignite_tf.cluster.supervision.locality import measured_locality
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
@@ -38,7 +40,8 @@ WATCH_EVERY_S = 1.0  # progress reports are read at most this often
 
 
 class Supervisor:
-    """Drives ``backend`` with ``Policy(spec)``, recording the cluster's state in ``store``."""
+    """Drives ``backend`` with ``Policy(spec)``, recording the cluster's state in ``store``; the backend's
+    ``SupervisorHost``."""
 
     def __init__(self, spec: ClusterSpec, store: StateStore, backend: Backend):
         self.spec, self.store, self.backend = spec, store, backend
@@ -95,6 +98,21 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - keep supervising; the store may come back
                 sys.stdout.write(f"[ignite-tf] could not record state: {exc}\n")
             self._last_put = now
+
+    def cluster_attempt(self) -> int:
+        return self.state.attempt
+
+    def restart_count(self) -> int:
+        return self.state.restarts
+
+    def started_at(self) -> float:
+        return self.state.started_at
+
+    def record_launcher(self, key: str, value: Any) -> None:
+        self.state.launcher[key] = value
+
+    def epochs(self) -> list[dict[str, Any]]:
+        return self.store.epochs(self.spec.cluster_id)
 
     def beat(self) -> bool:
         """For a backend that waits: record the state (a heartbeat) and say whether to give up (a stop). Raises
@@ -178,24 +196,10 @@ class Supervisor:
         return code
 
     def report_locality(self) -> None:
-        """Among the final lines: what the workers measured of their reads over the whole training (rows from
-        an Ignite node on their own host, or Kubernetes node), beside the share the shard plan planned."""
-        from ignite_tf.reader.locality import combine, describe
-
-        try:
-            total = combine(*self.store.reads(self.spec.cluster_id))
-            if total is None:
-                return  # nothing read through ignite_tf's reader (a script of its own)
-            planned = None
-            if self.spec.shard_plan_path and Path(self.spec.shard_plan_path).is_file():
-                from ignite_tf.plan.shards import ShardPlan
-
-                plan = ShardPlan.load(self.spec.shard_plan_path)
-                planned = (plan.placement or {}).get("locality", plan.planned_locality(0))
-        except Exception as exc:  # noqa: BLE001 - a report must not change how the cluster ends
-            self.event(f"measured locality not read: {str(exc)[:200]}")
-            return
-        self.event(f"measured locality: {describe(total, planned)}")
+        """Among the final lines: what the workers measured of their reads (``measured_locality``)."""
+        line = measured_locality(self.store, self.spec)
+        if line:
+            self.event(line)
 
     def resume_previous(self, predecessor_gone: bool = False) -> bool:
         """Go on from the state an earlier supervisor of this cluster left (it ended, or was lost): attempts
