@@ -112,16 +112,15 @@ def direct_run(conn, dag, train_task, conf: dict, run_root: Path, index: int, qu
     from ignite_tf.state import Status
 
     op = direct_operator(dag, train_task, conf)
-    job = op.job()
+    job = op.training_job()  # mode, workers and ps included
     launcher = make_launcher(conn)  # the state store the operator uses: the cluster's Ignite
     cluster_id = f"e2e-bench-direct-{os.getpid()}-{index}"
-    say(f"direct start_cluster({op.cache!r}, {job}, mode={op.mode}, workers={op.workers}) ...", quiet)
+    say(f"direct start_cluster({op.cache!r}, {job}) ...", quiet)
     state = None
     started_wall, started = time.time(), time.perf_counter()
     try:
-        state = start_cluster(op.cache, job, conn=conn, mode=op.mode, workers=int(op.workers), ps=int(op.ps),
-                              supervision=op.supervision_settings(), env=op.env, cluster_id=cluster_id,
-                              run_root=run_root, launcher=launcher)
+        state = start_cluster(op.cache, job, conn=conn, supervision=op.supervision_settings(), env=op.env,
+                              cluster_id=cluster_id, run_root=run_root, launcher=launcher)
         # The CLI's poll; no faster, as each poll costs CPU (here and in Ignite) that training would miss.
         state = launcher.wait(cluster_id, timeout=WAIT_TIMEOUT_S, poll_s=0.5)
         # The supervisor stamps the moment the cluster ended: the end without the poll's granularity.
