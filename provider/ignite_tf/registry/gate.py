@@ -14,6 +14,10 @@ def as_number(value, what: str) -> float:
     return float(value)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclass
 class BlessingGate:
     """Decides whether a new version becomes production.
@@ -22,7 +26,8 @@ class BlessingGate:
     not worse than the production version's value by more than ``tolerance``, taken RELATIVE to the
     production value: a higher-is-better metric passes when ``new >= prod - tolerance * |prod|``, a
     lower-is-better one when ``new <= prod + tolerance * |prod|``. With no production version only the
-    bounds apply; with no thresholds every version is blessed (the latest wins).
+    bounds apply; with no thresholds every version is blessed (the latest wins). A NaN or infinite metric,
+    gated or not, is never blessed: the training that reported it diverged.
 
     :param thresholds: metric -> ``(min, max)``; either may be None. ``(None, None)`` only compares the
         metric with production.
@@ -59,6 +64,9 @@ class BlessingGate:
                  production_version: str | None = None) -> tuple[list[str], dict]:
         """Reasons the version is NOT blessed (empty when it is), and the per-metric comparison."""
         reasons, compared = [], {}
+        for name, value in sorted(metrics.items()):
+            if name not in self.thresholds and _is_number(value) and not math.isfinite(value):
+                reasons.append(f"metric {name!r} is {value}: the training diverged")
         for name, (lo, hi) in sorted(self.thresholds.items()):
             if name not in metrics:
                 reasons.append(f"metric {name!r} is gated but missing from this run's metrics "
@@ -66,7 +74,7 @@ class BlessingGate:
                 continue
             value = metrics[name]
             if not math.isfinite(value):
-                reasons.append(f"metric {name!r} is {value}")
+                reasons.append(f"metric {name!r} is {value}: the training diverged")
                 continue
             if lo is not None and value < lo:
                 reasons.append(f"{name} = {value:.6g} is below the threshold min {lo:.6g}")
