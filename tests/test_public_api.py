@@ -248,6 +248,13 @@ def _cluster_id_with_try_number():
     assert op.cluster_id_for(context, try_number=2) == op.cluster_id_for(context)
 
 
+def _operator_job_dict():
+    from ignite_tf.operators.tensorflow import TFClusterOperator
+
+    op = TFClusterOperator(task_id="train", cache="c", entry_point="ignite_tf.models:tabular_classifier", epochs=2)
+    assert op.job() == op.training_job().to_job() and op.job()["entry_point"] == "ignite_tf.models:tabular_classifier"
+
+
 CALL_WITH_OLD_ARGUMENT = {
     "ignite_tf.data.dataset(label=)": _dataset_with_label,
     "ignite_tf.data.epochs_dataset(label=)": lambda: _data_with_label(
@@ -259,6 +266,7 @@ CALL_WITH_OLD_ARGUMENT = {
     "ignite_tf.data.cache_columns(label=)": lambda: _data_with_label(
         lambda: data_module().cache_columns(None, None, features=None, label="y")),
     "ignite_tf.operators.tensorflow.TFClusterOperator.cluster_id_for(try_number=)": _cluster_id_with_try_number,
+    "ignite_tf.operators.tensorflow.TFClusterOperator.job()": _operator_job_dict,
     "ignite_tf.operators.publish.PublishModelOperator(model_name=)": _publish_with_model_name,
     "ignite_tf.operators.inference.BatchInferenceOperator(model_name=)": _inference_with_model_name,
 }

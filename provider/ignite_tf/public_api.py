@@ -166,8 +166,8 @@ class Deprecated(NamedTuple):
     new: str
     kind: str
     """``module``, ``name`` (a dotted name, the same object as ``new``), ``value`` (a dotted name whose value
-    ``new`` gives), ``argument`` (``callable(old=)`` -> ``new=``), ``yaml`` (a spec key), ``generator`` (a
-    spec's ``source.generator`` string) or ``command``."""
+    ``new`` gives), ``argument`` (``callable(old=)`` -> ``new=``; or ``callable()``, a method ``new``
+    replaces), ``yaml`` (a spec key), ``generator`` (a spec's ``source.generator`` string) or ``command``."""
     why: str = ""
 
 
@@ -205,6 +205,8 @@ DEPRECATED: tuple[Deprecated, ...] = (
                "it honours IGNITE_TF_HOME"),
     Deprecated("ignite_tf.operators.tensorflow.TFClusterOperator.cluster_id_for(try_number=)", "no try_number=",
                "argument", "it is ignored: every try of a task instance has the same cluster id"),
+    Deprecated("ignite_tf.operators.tensorflow.TFClusterOperator.job()", "training_job().to_job()", "argument",
+               "training_job() gives the job as one TrainingJob"),
 )
 
 

@@ -118,7 +118,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             raise ValueError(f"{self.task_id}: give exactly one of entry_point= or command=")
         if command is not None and model_args:
             raise ValueError(f"{self.task_id}: model_args= goes with entry_point=; a command takes its own arguments")
-        self.job = job
+        self.given_job = job  # job=, as given (``training_job`` renders it)
         self.cache, self.entry_point, self.command, self.job_dir = cache, entry_point, command, job_dir
         self.plan, self.mode, self.workers, self.ps = plan, mode, workers, ps
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
@@ -148,13 +148,19 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
                 "try_number": str(ti.try_number), "map_index": str(getattr(ti, "map_index", -1)),
                 "first_try": str(first_try_of(ti, self.retries))}
 
+    def job(self) -> dict[str, Any]:
+        """Deprecated: the job as the dict a cluster spec records, ``training_job().to_job()``."""
+        warn_deprecated("ignite_tf.operators.tensorflow.TFClusterOperator.job()")
+        return self.training_job().to_job()
+
     def training_job(self):
         """The ``TrainingJob`` of ``job=``, or of the job's keyword arguments, their templates rendered: the one
         place they become one value."""
         from ignite_tf.cluster.job import TrainingJob
 
-        if self.job is not None:
-            return TrainingJob.parse(self.job if isinstance(self.job, TrainingJob) else as_dict(self.job))
+        if self.given_job is not None:
+            given = self.given_job
+            return TrainingJob.parse(given if isinstance(given, TrainingJob) else as_dict(given))
         if self.command:
             job = TrainingJob(command=self.command, job_dir=self.job_dir or ".")
         else:
