@@ -153,10 +153,7 @@ class TrainingJob:
     def build(self, **settings: Any) -> TrainingJob:
         """This job with the ``settings`` given; a None or empty-string setting keeps this job's (an operator
         argument left out, a template that rendered to nothing)."""
-        known = {f.name for f in fields(self)}
-        unknown = set(settings) - known
-        if unknown:
-            raise ConfigError(f"unknown training job settings {sorted(unknown)} (known: {sorted(known)})")
+        _check_known(settings)
         given = {k: v for k, v in settings.items() if v is not None and v != ""}
         return replace(self, **given) if given else self
 
@@ -206,10 +203,7 @@ class TrainingJob:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainingJob:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(f"unknown training job settings {sorted(unknown)} (known: {sorted(known)})")
+        _check_known(data)
         return cls(**data)
 
     @classmethod
@@ -220,6 +214,13 @@ class TrainingJob:
         if set(value) <= JOB_KEYS:
             return cls.from_job(value)
         return cls.from_dict(value)
+
+
+def _check_known(settings: Mapping[str, Any]) -> None:
+    known = {f.name for f in fields(TrainingJob)}
+    unknown = set(settings) - known
+    if unknown:
+        raise ConfigError(f"unknown training job settings {sorted(unknown)} (known: {sorted(known)})")
 
 
 def _defaults() -> dict[str, Any]:
