@@ -99,10 +99,13 @@ def direct_operator(dag, train_task, conf: dict):
     def rendered(value):
         return env.from_string(value).render(params=params) if isinstance(value, str) and "{{" in value else value
 
+    # job= is kept as ``given_job`` (``job`` is the deprecated method); the other arguments under their own names.
     names = [n for n in inspect.signature(TFClusterOperator.__init__).parameters
-             if n not in ("self", "kwargs", "plan") and hasattr(train_task, n)]
-    return TFClusterOperator(task_id=f"{train_task.task_id}_direct",
-                             **{n: rendered(getattr(train_task, n)) for n in names})
+             if n not in ("self", "kwargs", "plan", "job") and hasattr(train_task, n)]
+    given = {n: rendered(getattr(train_task, n)) for n in names}
+    if train_task.given_job is not None:
+        given["job"] = train_task.given_job
+    return TFClusterOperator(task_id=f"{train_task.task_id}_direct", **given)
 
 
 def direct_run(conn, dag, train_task, conf: dict, run_root: Path, index: int, quiet: bool) -> dict:
