@@ -22,6 +22,10 @@ DEFAULT_MAX_RESTARTS = 2
 DEFAULT_STARTUP_DEADLINE_S = 180.0
 # Seconds between polls of a cluster's state by the operator, the trigger and the sensor.
 DEFAULT_POLL_INTERVAL = 5.0
+# Seconds a call to Ignite, the state store, Kubernetes or the object store may keep failing transiently (tried
+# again with backoff) before the outage is named and the caller gives up: an API server upgrade or an Ignite node
+# restart takes a minute or two.
+DEFAULT_OUTAGE_BUDGET_S = 180.0
 # The column the model predicts.
 DEFAULT_LABEL_COLUMN = "label"
 DEFAULT_EPOCHS = 5

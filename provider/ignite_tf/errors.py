@@ -15,6 +15,11 @@ class IgniteUnavailableError(IgniteTFError, ConnectionError):
     """No Ignite node could be reached at the configured addresses."""
 
 
+class OutageError(IgniteTFError):
+    """A service (Ignite, the state store, Kubernetes, the object store) kept failing transiently for longer than
+    the outage budget (``ignite_tf.retries``); the last error is its ``__cause__``."""
+
+
 class AuthenticationFailedError(ConfigError):
     """Ignite refused the connection's username and password (a wrong setting, never worth a retry)."""
 
@@ -48,6 +53,18 @@ class ValidationFailed(IgniteTFError):
     def __init__(self, message: str, summary):
         super().__init__(message)
         self.summary = summary
+
+
+class MissingLabelError(IgniteTFError, ValueError):
+    """Rows read for training have no label (NULL, or NaN); ``keys`` holds theirs (the first few)."""
+
+    def __init__(self, message: str, keys: list):
+        super().__init__(message)
+        self.keys = keys
+
+
+class DivergedError(IgniteTFError):
+    """A training's loss became NaN or infinite: the fit is failed, nothing of that epoch kept."""
 
 
 class DataChangedError(IgniteTFError):

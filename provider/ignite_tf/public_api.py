@@ -96,6 +96,7 @@ PYTHON: dict[str, str] = {
     "ignite_tf.errors.SpecError": "exception",
     "ignite_tf.errors.LoadError": "exception",
     "ignite_tf.errors.IgniteUnavailableError": "exception",
+    "ignite_tf.errors.OutageError": "exception",
     "ignite_tf.errors.AuthenticationFailedError": "exception",
     "ignite_tf.errors.CacheNotFoundError": "exception",
     "ignite_tf.errors.ValidationFailed": "exception",

@@ -120,6 +120,54 @@ def test_watch_offsets_are_per_watcher_and_go_with_the_cluster(tmp_path, airflow
         store.close()
 
 
+def test_a_trigger_waits_out_a_state_store_outage_within_its_budget_and_names_one_past_it(cache, airflow_conn,
+                                                                                           monkeypatch):
+    """The trigger reaches Ignite through a link the test cuts (``tests.support.netfault``: connections reset,
+    new ones refused, as when the node goes away); the cluster's own processes reach Ignite directly and go on."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ignite_tf.cluster.api import make_launcher
+    from ignite_tf.state import Status
+    from ignite_tf.triggers.tf_cluster import TFClusterTrigger
+    from tests.support.netfault import CuttableLink
+
+    launcher = make_launcher(airflow_conn)
+    op = line_operator(cache, lines=200, interval=0.05, wait_for_completion=False)
+    cluster_id = op.execute(TaskContext(dag(), f"manual__{uuid.uuid4().hex}"))["cluster_id"]
+    with CuttableLink(airflow_conn.addresses[0]) as link, ThreadPoolExecutor(1) as triggerer:
+        monkeypatch.setenv("AIRFLOW_CONN_IGNITE_VIA_LINK", json.dumps({"conn_type": "ignite", "host": link.address}))
+        watch = {"cluster_id": cluster_id, "ignite_conn_id": "ignite_via_link", "poll_interval": 0.2}
+        trigger = TFClusterTrigger(**watch, watcher="weather/1", outage_budget_s=120)
+        watching = triggerer.submit(asyncio.run, logged_lines(trigger))
+        wait_for(lambda: launcher.store.watch_offset(cluster_id, "weather/1") > 0, 120,
+                 "the trigger logging the chief's first lines")
+        link.cut()
+        wait_for(lambda: launcher.status(cluster_id).status.final, 120,
+                 "the cluster ending while its trigger cannot reach the store")
+        assert not watching.done(), "the trigger gave up during an outage shorter than its budget"
+        link.restore()
+        lines, event = watching.result(timeout=120)
+        assert event.payload["status"] == "success", event.payload
+        chief = [line for line in launcher.output(cluster_id)[0].splitlines() if " line " in line]
+        assert len(chief) == 200 and lines == chief, "each of the chief's lines logged exactly once, in order"
+
+        # Past the budget the watch ends naming the outage; the cluster is neither touched nor called lost.
+        held = line_operator(cache, lines=600, wait_for_completion=False)
+        held_id = held.execute(TaskContext(dag(), f"manual__{uuid.uuid4().hex}"))["cluster_id"]
+        link.cut()
+        _, event = asyncio.run(logged_lines(TFClusterTrigger(**{**watch, "cluster_id": held_id}, outage_budget_s=2)))
+        assert event.payload["status"] == "error"
+        message = event.payload["message"]
+        assert f"the state store of TensorFlow cluster {held_id} has not answered for" in message, message
+        assert "outage budget is 2 s" in message, message
+    assert launcher.status(held_id).status is Status.RUNNING, "an outage of the trigger's link stopped the cluster"
+    launcher.stop(held_id)
+    for done in (cluster_id, held_id):
+        state = launcher.status(done)
+        assert_nothing_left(done, state.run_dir)
+
+
 def test_a_sensor_only_watches_and_the_launching_task_owns(cache, airflow_conn):
     from ignite_tf.cluster.api import make_launcher
     from ignite_tf.sensors.tf_cluster import TFClusterSensor

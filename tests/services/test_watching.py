@@ -83,6 +83,16 @@ def wait_run(svc, dag_id: str, run_id: str, timeout: float = 400) -> str:
                     seen=lambda: svc.log("scheduler").read_text()[-2000:])
 
 
+def run_story(svc, dag_id: str, run_id: str) -> str:
+    """What a failed run's assertion shows: each task's state and try, the end of each log of the run, and
+    the triggerer's."""
+    tis = svc.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+    lines = [f"{ti['task_id']}: {ti['state']} (try {ti['try_number']})" for ti in tis]
+    for path in sorted((svc.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}").rglob("*.log*")):
+        lines += [f"--- {path.name}", *events(path)[-8:]]
+    return "\n".join([*lines, "--- triggerer", svc.log("triggerer").read_text()[-2000:]])
+
+
 def task_logs(svc, dag_id: str, run_id: str, task_id: str, pattern: str) -> list[Path]:
     folder = svc.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
     return sorted(folder.glob(pattern), key=lambda p: int(p.name.split(".")[-2]) if "trigger" in p.name else 0)
@@ -163,7 +173,7 @@ def test_clearing_the_deferred_sensor_leaves_the_cluster_running_and_it_then_suc
     finally:
         hold.touch()
 
-    assert wait_run(svc, SENSOR_DAG, run_id) == "success"
+    assert wait_run(svc, SENSOR_DAG, run_id) == "success", run_story(svc, SENSOR_DAG, run_id)
     watch = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/watch")
     assert watch["try_number"] == 2, watch  # the cleared try, then the one that saw the cluster succeed
     result = svc.request("GET", f"/api/v2/dags/{SENSOR_DAG}/dagRuns/{run_id}/taskInstances/watch/"

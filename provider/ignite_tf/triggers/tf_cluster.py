@@ -29,7 +29,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ignite_tf.connection import DEFAULT_CONN_ID
-from ignite_tf.defaults import DEFAULT_POLL_INTERVAL
+from ignite_tf.defaults import DEFAULT_OUTAGE_BUDGET_S, DEFAULT_POLL_INTERVAL
+from ignite_tf.retries import acall
 from ignite_tf.triggers.cluster_events import event_for, launcher_for
 
 __all__ = ["TFClusterTrigger", "event_for", "launcher_for"]  # the helpers' old home
@@ -48,11 +49,14 @@ class TFClusterTrigger(BaseTrigger):
         kept in the state store for the next instance of this trigger. None: kept in this instance only.
     :param owns_cluster: True for the trigger of the task that launched the cluster: a user killing that task
         stops the cluster. False (a sensor): ``on_kill`` leaves the cluster running.
+    :param outage_budget_s: seconds a poll may keep failing transiently (the state store or run store not
+        answering: ``ignite_tf.retries``) before the watch ends with the outage named; the cluster is not touched.
     """
 
     def __init__(self, *, cluster_id: str, ignite_conn_id: str | None = DEFAULT_CONN_ID,
                  state_dir: str | None = None, poll_interval: float = DEFAULT_POLL_INTERVAL, offset: int = 0,
-                 run_store_conn_id: str | None = None, watcher: str | None = None, owns_cluster: bool = False):
+                 run_store_conn_id: str | None = None, watcher: str | None = None, owns_cluster: bool = False,
+                 outage_budget_s: float = DEFAULT_OUTAGE_BUDGET_S):
         super().__init__()
         self.cluster_id = cluster_id
         self.ignite_conn_id = ignite_conn_id
@@ -62,13 +66,14 @@ class TFClusterTrigger(BaseTrigger):
         self.run_store_conn_id = run_store_conn_id
         self.watcher = watcher
         self.owns_cluster = owns_cluster
+        self.outage_budget_s = outage_budget_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{self.__class__.__module__}.{self.__class__.__name__}",
             {"cluster_id": self.cluster_id, "ignite_conn_id": self.ignite_conn_id, "state_dir": self.state_dir,
              "poll_interval": self.poll_interval, "offset": self.offset, "run_store_conn_id": self.run_store_conn_id,
-             "watcher": self.watcher, "owns_cluster": self.owns_cluster},
+             "watcher": self.watcher, "owns_cluster": self.owns_cluster, "outage_budget_s": self.outage_budget_s},
         )
 
     @cached_property
@@ -76,15 +81,17 @@ class TFClusterTrigger(BaseTrigger):
         return launcher_for(self.ignite_conn_id, self.state_dir, self.run_store_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        what = f"the state store of TensorFlow cluster {self.cluster_id}"
         try:
-            offset = await asyncio.to_thread(self._start_offset)
-        except Exception as exc:  # noqa: BLE001 - an unreachable store ends the watch, as in a poll
+            offset = await acall(what, self._start_offset, budget_s=self.outage_budget_s, logger=self.log)
+        except Exception as exc:  # noqa: BLE001 - a store down past the budget ends the watch, as in a poll
             yield self._watch_failed(exc)
             return
         while True:
-            try:
-                state, alive, text, end = await asyncio.to_thread(self._poll, offset)
-            except Exception as exc:  # noqa: BLE001 - an unknown cluster or unreachable store ends the watch
+            try:  # a store that does not answer is waited for, within the budget: the cluster goes on meanwhile
+                state, alive, text, end = await acall(what, self._poll, offset, budget_s=self.outage_budget_s,
+                                                      logger=self.log)
+            except Exception as exc:  # noqa: BLE001 - an unknown cluster, or a store down past the budget
                 yield self._watch_failed(exc)
                 return
             if end != offset:
