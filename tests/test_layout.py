@@ -21,6 +21,10 @@ SOFT_LIMIT = 400
 WHOLE = {
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
+    "ignite_tf.cluster.supervision.loop": "one class, Supervisor: its records, the mechanics of starting, "
+                                          "stopping and restarting tasks and the poll all change the one state "
+                                          "it records; the rules (policy.py), the backends and the outage "
+                                          "budget (ignite_tf.retries) are apart already",
 }
 
 

@@ -24,7 +24,8 @@ NOT_IN_YAML = {
         "checkpoint_every_steps": "a runtime flag a spec does not offer: a backup at each epoch's end",
         "extra_args": "the operator's extra_args (Python only): a spec's settings each have their own key",
     },
-    Supervision: {"grace_period_s": "a spec keeps its default (spec.SUPERVISION_KEYS)"},
+    Supervision: {"grace_period_s": "a spec keeps its default (spec.SUPERVISION_KEYS)",
+                  "outage_budget_s": "a spec keeps its default (spec.SUPERVISION_KEYS)"},
     TrainingConfig: {"supervision": "its fields are keys of the training section itself (SUPERVISION_KEYS)",
                      "job": "made from the other fields (TrainingConfig.job), not a key"},
 }

@@ -25,6 +25,7 @@ from ignite_tf.cluster.environment import minimal_env, pass_through
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.cluster.supervision import processes
 from ignite_tf.errors import ConfigError, IgniteTFError
+from ignite_tf.retries import call
 from ignite_tf.runstore import LAYOUT, RunStore, is_remote
 from ignite_tf.runstore.credentials import credentials_env, storage_options
 from ignite_tf.state import ClusterState, StateStore, Status, store_to_env
@@ -159,14 +160,17 @@ class Launcher(ABC):
         return self.store.get(cluster_id)
 
     def wait(self, cluster_id: str, *, timeout: float | None = None, poll_s: float = 0.5,
-             on_output: Callable[[str], None] | None = None, from_start: bool = True) -> ClusterState:
-        """Block until the cluster ends, passing the chief's output to ``on_output`` as it comes."""
+             on_output: Callable[[str], None] | None = None, from_start: bool = True,
+             outage_budget_s: float | None = None) -> ClusterState:
+        """Block until the cluster ends, passing the chief's output to ``on_output`` as it comes. A poll that
+        fails transiently is tried again for up to ``outage_budget_s`` (``ignite_tf.retries``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        what = f"the state store of TensorFlow cluster {cluster_id} ({self.store.describe()})"
         offset = 0 if from_start else self.output(cluster_id)[1]
         while True:
-            state, alive = self.settled(cluster_id)
+            state, alive = call(what, self.settled, cluster_id, budget_s=outage_budget_s)
             if on_output is not None:
-                text, offset = self.output(cluster_id, offset)
+                text, offset = call(what, self.output, cluster_id, offset, budget_s=outage_budget_s)
                 if text:
                     on_output(text)
             if state.status.final:
@@ -303,9 +307,13 @@ class SupervisedLauncher(Launcher):
     def stop(self, cluster_id: str, timeout: float = 60.0) -> ClusterState:
         """Ask through the state store, from any host: the supervisor that owns the cluster (a local process,
         a pod) sees the request within ``STORE_POLL_S`` and stops its tasks. One whose heartbeat stopped is
-        lost: its cluster is recorded stopped, and what outlives it (pods) deleted (``on_lost``)."""
+        lost: its cluster is recorded stopped, and what outlives it (pods) deleted (``on_lost``). A cluster that
+        ended is stopped already; what may have outlived its supervisor (pods it could not delete while the
+        Kubernetes API was away) is deleted again (``on_lost``: nothing to do when nothing is left)."""
         state = self.status(cluster_id)
         if state.status.final:
+            if self.on_lost is not None:
+                self.on_lost(state)
             return state
         self.store.request_stop(cluster_id)
         deadline = time.monotonic() + timeout

@@ -214,6 +214,7 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
             self.defer(trigger=self.watch_trigger(context, cluster_id), method_name="execute_complete",
                        timeout=self.deferral_timeout(context))
         final = launcher.wait(cluster_id, poll_s=self.poll_interval,
+                              outage_budget_s=self.supervision_settings().outage_budget_s,
                               on_output=lambda text: [self.log.info("%s", line) for line in text.splitlines()])
         from ignite_tf.triggers.cluster_events import event_for
 
@@ -259,7 +260,8 @@ class TFClusterOperator(WaitsForCluster, IgniteTFOperator):
 
         return TFClusterTrigger(cluster_id=cluster_id, ignite_conn_id=self.ignite_conn_id,
                                 poll_interval=self.poll_interval, run_store_conn_id=self.run_store_conn_id,
-                                watcher=watcher_of(context, self.task_id), owns_cluster=True)
+                                watcher=watcher_of(context, self.task_id), owns_cluster=True,
+                                outage_budget_s=self.supervision_settings().outage_budget_s)
 
     def deferral_timeout(self, context) -> timedelta:
         """What is left of ``execution_timeout`` since the try started (Airflow applies it only to the task's

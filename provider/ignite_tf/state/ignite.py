@@ -86,6 +86,9 @@ class IgniteKeyValueStore(KeyValueStore):
         if keys:
             self._cache(space).remove_keys(keys)
 
+    def another(self) -> IgniteKeyValueStore:
+        return IgniteKeyValueStore(self.conn)
+
     def close(self) -> None:
         if self._client is not None:
             try:

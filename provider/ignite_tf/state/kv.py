@@ -80,5 +80,10 @@ class KeyValueStore(ABC):
     def describe(self) -> str:
         """Where the values live, for messages: ``local state directory /x``, ``Ignite at h:10800``."""
 
+    def another(self) -> KeyValueStore:
+        """A handle on the same values for another thread: one with connections of its own where a connection
+        serves one thread at a time (a thin client); else this one."""
+        return self
+
     def close(self) -> None:  # noqa: B027 - only backends holding a connection need it
         """Release connections (backends that hold none need not override this)."""

@@ -17,7 +17,7 @@ from ignite_tf.reader.locality import combine
 
 LOST_AFTER_S = 20.0
 """A supervisor whose last heartbeat is older than this is lost, judged the same on every host (``ps``, a
-retry, a trigger elsewhere): ten of its heartbeats (``supervision.loop.HEARTBEAT_S``), more than a stop's
+retry, a trigger elsewhere): ten of its heartbeats (``supervision.heartbeat.HEARTBEAT_S``), more than a stop's
 grace period during which its loop records nothing."""
 
 

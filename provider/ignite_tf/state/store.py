@@ -65,6 +65,11 @@ class StateStore:
     def describe(self) -> str:
         return self.kv.describe()
 
+    def another(self) -> StateStore:
+        """This store for another thread (``KeyValueStore.another``); close it when done."""
+        kv = self.kv.another()
+        return self if kv is self.kv else StateStore(kv)
+
     def close(self) -> None:
         """Release the backend's connections."""
         self.kv.close()

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import signal
+import time
 
 import pytest
 from ignite_tf_dev.k8s import cluster as local_k8s
@@ -20,7 +21,7 @@ from ignite_tf_dev.k8s import cluster as local_k8s
 from ignite_tf.cli import main as cli_main
 from ignite_tf.cluster.k8s import objects, standby
 from ignite_tf.plan.shards import ShardPlan
-from ignite_tf.state import ExitCode, Status
+from ignite_tf.state import LOST_AFTER_S, ExitCode, Status
 from tests.support.clusters import assert_nothing_left
 from tests.support.k8s_launch import (
     GRACE_S,
@@ -183,6 +184,84 @@ def test_deleted_pod_is_restarted(kube, ignite_conn, data_cache, tmp_path):
         assert wait_final(launcher, cid).status is Status.SUCCEEDED
     finally:
         launcher.stop(cid)
+    assert_nothing_left(cid, k8s=(core, ns))
+
+
+def test_an_api_outage_is_waited_out_within_the_budget_and_named_past_it(kube, k8s_cluster, ignite_conn, data_cache,
+                                                                          tmp_path, monkeypatch):
+    """Real: the supervisor reaches the apiserver through a link the test cuts (``tests.support.netfault``: its
+    connections reset, new ones refused, as while an apiserver restarts) and then freezes (bytes held, as with
+    the apiserver under SIGSTOP: the shared control plane's own components would lose their leases if it were
+    stopped); Ignite and the test reach everything directly. Simulated: the pods' running and exit. The freeze
+    outlasts LOST_AFTER_S (20 s): what is tested is that the cluster is not taken for lost meanwhile."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from tests.support.netfault import CuttableLink
+
+    core, ns = kube
+    text = Path(k8s_cluster.kubeconfig).read_text()
+    server = urlparse(core.api_client.configuration.host)
+    with CuttableLink((server.hostname, server.port)) as link:
+        via_link = tmp_path / "via-link.kubeconfig"
+        via_link.write_text(text.replace(f"{server.hostname}:{server.port}", link.address))
+        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config_path": str(via_link)}}))
+
+        def chief_says(words: str, cid: str) -> bool:
+            return words in launcher.output(cid)[0]
+
+        launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns),
+                                supervision={"outage_budget_s": 300})
+        cid = state.cluster_id
+        try:
+            pods = wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
+            link.cut()
+            wait_for(lambda: chief_says("did not answer", cid), 60, "the supervisor seeing the outage")
+            wait_for(lambda: launcher.status(cid).heartbeat > time.time() - 3, 30, "a heartbeat during the outage")
+            link.restore()
+            wait_for(lambda: chief_says("answers again after", cid), 60, "the supervisor seeing the API back")
+            state = launcher.status(cid)
+            assert state.status is Status.RUNNING and state.restarts == 0 and not state.failures, state.failures
+            assert {p.metadata.name for p in cluster_pods(core, ns, cid).values()} == \
+                {p.metadata.name for p in pods.values()}, "a pod was replaced during an outage within the budget"
+
+            # A frozen API server: the supervisor's calls wait (no error to retry), its heartbeat goes on.
+            link.freeze()
+            frozen = time.monotonic()
+
+            def alive_through_the_freeze():
+                state, alive = launcher.settled(cid)
+                assert alive and state.status is Status.RUNNING, \
+                    f"taken for {state.status.value} {time.monotonic() - frozen:.0f} s into the freeze"
+                return time.monotonic() - frozen > LOST_AFTER_S + 5
+
+            wait_for(alive_through_the_freeze, LOST_AFTER_S + 60, "a freeze longer than LOST_AFTER_S", poll=1)
+            link.thaw()
+            for p in pods.values():
+                end_pod(core, ns, p, 0)
+            state = wait_final(launcher, cid)
+            assert state.status is Status.SUCCEEDED and state.restarts == 0
+        finally:
+            link.restore()
+            launcher.stop(cid)
+        assert_nothing_left(cid, k8s=(core, ns))
+
+        # Past the budget the cluster fails, the outage named; its objects go once the API answers again.
+        launcher, state = start(ignite_conn, data_cache, tmp_path, simulated_settings(ns),
+                                supervision={"outage_budget_s": 3})
+        cid = state.cluster_id
+        try:
+            wait_running(core, ns, cid, ["worker-0", "worker-1"], attempt=0)
+            link.cut()
+            state = wait_final(launcher, cid)
+            assert state.status is Status.FAILED
+            assert "has not answered for" in state.reason and "the outage budget is 3 s" in state.reason, \
+                state.reason
+            assert state.restarts == 0
+        finally:
+            link.restore()
+            launcher.stop(cid)
     assert_nothing_left(cid, k8s=(core, ns))
 
 

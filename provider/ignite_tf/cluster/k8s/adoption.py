@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ignite_tf.cluster.k8s import objects
 from ignite_tf.cluster.k8s.client import api_exception
+from ignite_tf.retries import transient
 
 FOLLOWED_KEY = "followed"
 """In ``ClusterState.launcher``: pod name -> the bytes of its log copied so far (``PodLogs.followed``)."""
@@ -72,4 +73,8 @@ def owner_alive(core, namespace: str, cluster_id: str, owner_uid: str) -> bool:
         cm = core.read_namespaced_config_map(cluster_id, namespace)
     except api_exception() as exc:
         return exc.status != 404
+    except Exception as exc:
+        if transient(exc):  # the API server away (connection refused, a timeout): not an answer either
+            return True
+        raise
     return cm.metadata.uid == owner_uid and not cm.metadata.deletion_timestamp

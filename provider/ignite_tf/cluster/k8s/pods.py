@@ -105,6 +105,9 @@ class PodBackend(ClusterObjects):
         except Exception:  # noqa: BLE001 - not there yet, or a store hiccup: no report this round
             return None
 
+    def describe(self) -> str:
+        return f"the Kubernetes API (namespace {self.namespace})"
+
     def refresh(self) -> None:
         pods = self.core.list_namespaced_pod(self.namespace,
                                              label_selector=f"{objects.LABEL_CLUSTER}={self.spec.cluster_id}").items

@@ -88,6 +88,10 @@ class Backend(ABC):
     def start(self, task: ClusterTask, attempt: int) -> int:
         """Start ``task`` (the cluster's ``attempt``-th start); its pid, 0 where there is none."""
 
+    def describe(self) -> str:
+        """What the tasks are observed through, for a message about an outage of it."""
+        return f"the {type(self).__name__}'s service"
+
     def refresh(self) -> None:  # noqa: B027 - backends that observe tasks one by one need nothing here
         """Once per poll, before the tasks are observed."""
 

@@ -28,13 +28,15 @@ from typing import Any
 from ignite_tf import timeline
 from ignite_tf.cluster.spec import ClusterSpec, ClusterTask
 from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
+from ignite_tf.cluster.supervision.heartbeat import Heartbeat
 from ignite_tf.cluster.supervision.locality import measured_locality
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
+from ignite_tf.errors import OutageError
+from ignite_tf.retries import Outage, transient
 from ignite_tf.runstore import LAYOUT, RunStore
 from ignite_tf.runstore.mirror import Mirror
 from ignite_tf.state import ClusterState, ExitCode, StateStore, Status, TaskState, TaskStatus
 
-HEARTBEAT_S = 2.0
 STORE_POLL_S = 0.25  # a stop request (``ignite-tf stop``, on_kill, from any host) is seen this fast
 WATCH_EVERY_S = 1.0  # progress reports are read at most this often
 
@@ -59,9 +61,10 @@ class Supervisor:
             supervisor_pid=os.getpid(), supervisor_host=socket.gethostname(), chief_log=spec.log_path(spec.chief),
             labels=dict(spec.labels), launcher=backend.launcher_info(),
         )
-        self._last_put = 0.0
+        self.heartbeat = Heartbeat(store, spec.supervision.outage_budget_s)
         self._last_store_poll = 0.0
         self._last_watch = 0.0
+        self.outage = Outage(backend.describe(), spec.supervision.outage_budget_s)
         # Every task's log (and ours) copied to an object-store run root while it grows; nothing for a folder.
         self.mirror = Mirror(RunStore(spec.run_store), spec.run_dir, (str(LAYOUT.logs),)) if spec.run_store else None
 
@@ -90,14 +93,9 @@ class Supervisor:
             f.write(timeline.line(name) + "\n")
 
     def save(self, force: bool = False) -> None:
-        now = time.time()
-        if force or now - self._last_put >= HEARTBEAT_S:
-            self.state.heartbeat = now
-            try:
-                self.store.put(self.state)
-            except Exception as exc:  # noqa: BLE001 - keep supervising; the store may come back
-                sys.stdout.write(f"[ignite-tf] could not record state: {exc}\n")
-            self._last_put = now
+        """Record the state: now with ``force``, else within a heartbeat (``Heartbeat``: the loop never waits
+        on the store for it)."""
+        self.heartbeat.record(self.state, force)
 
     def cluster_attempt(self) -> int:
         return self.state.attempt
@@ -244,6 +242,7 @@ class Supervisor:
         try:
             self.mark("supervisor_started")
             self.save(force=True)  # the launcher returns once this is recorded, not once the tasks start
+            self.heartbeat.start()
             try:
                 self.backend.prepare()
             except SetupError as exc:
@@ -263,19 +262,25 @@ class Supervisor:
                     return outcome
                 time.sleep(self.backend.poll_s)
         except HandOver:
+            self.heartbeat.stop()
             self.event("supervisor replaced: its tasks go on under the next one")
             self.backend.hand_over()
             self.publish_logs()
             return ExitCode.STOPPED
         except BaseException as exc:  # noqa: BLE001 - never leave tasks behind
-            self.stop_all(grace=0)
+            reason = f"supervisor error: {exc}" if isinstance(exc, OutageError) else f"supervisor error: {exc!r}"
+            try:
+                self.stop_all(grace=0)
+            except Exception as stop_exc:  # noqa: BLE001 - the end is recorded all the same, with what is left
+                reason += f"; its tasks could not all be stopped ({type(stop_exc).__name__}: {stop_exc})"
             self.state.status, self.state.exit_code = Status.FAILED, int(ExitCode.INTERNAL_ERROR)
-            self.state.reason = f"supervisor error: {exc!r}"
+            self.state.reason = reason
             self.state.finished_at = time.time()
             self.publish_logs()
             self.save(force=True)
             raise
         finally:
+            self.heartbeat.stop()
             self.backend.close()
             if self.mirror is not None:
                 self.mirror.stop()
@@ -304,27 +309,53 @@ class Supervisor:
         return True
 
     def step(self) -> ExitCode | None:
-        self.backend.refresh()
+        observed = self.observe_through_outages()
         if self.stop_requested():
             return self.finish(Status.STOPPED, ExitCode.STOPPED, "stopped on request")
-        seen, ended = self.observe()
+        if observed is None:  # the backend's service did not answer: nothing is decided on what was not seen
+            self.save()
+            return None
+        seen, ended = observed
         decision = self.policy.decide(self.state, seen, ended, now=time.time(),
                                       since_start=time.monotonic() - self.attempt_started)
         return self.act(decision)
 
+    def observe_through_outages(self) -> tuple[dict[str, Observation], list[str]] | None:
+        """``observe()`` after the backend's ``refresh``; None while they fail transiently (the Kubernetes API
+        answering 503, a connection refused: ``ignite_tf.retries``) within the outage budget, the tasks left
+        as they are; past it ``OutageError`` (the loop then ends the cluster, as for any supervisor error)."""
+        try:
+            self.backend.refresh()
+            observed = self.observe()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            note, observed = self.outage.failed(exc), None
+        else:
+            note = self.outage.answered()
+        if note:
+            self.event(note)
+        return observed
+
     def observe(self) -> tuple[dict[str, Observation], list[str]]:
-        """Observe every task and record what changed; the tasks that ended at this poll, in order."""
+        """Observe every task and record what changed; the tasks that ended at this poll, in order. Every task
+        is observed before anything is recorded: an observation that fails leaves the records as they were,
+        for the next poll to see the same ends again."""
         now = time.time()
         watch = bool(self.spec.supervision.progress_timeout_s) and now - self._last_watch >= WATCH_EVERY_S
-        if watch:
-            self._last_watch = now
-        seen: dict[str, Observation] = {}
-        ended: list[str] = []
+        observations = {}
         for task in self.spec.tasks:
             ts = self.tstate(task)
             o = self.backend.observe(task, starting=ts.state is TaskStatus.STARTING)
             if watch and o.exit_code is None and ts.state in (TaskStatus.STARTING, TaskStatus.RUNNING):
                 o = replace(o, progress=self.backend.progress(task))
+            observations[task.name] = o
+        if watch:
+            self._last_watch = now
+        seen: dict[str, Observation] = {}
+        ended: list[str] = []
+        for task in self.spec.tasks:
+            ts, o = self.tstate(task), observations[task.name]
             seen[task.name] = o
             if o.host:
                 ts.host = o.host

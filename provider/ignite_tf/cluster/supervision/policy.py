@@ -25,7 +25,7 @@ from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role
 from ignite_tf.cluster.supervision.settings import RestartPolicy
-from ignite_tf.contract import silent_for
+from ignite_tf.contract import UNAVAILABLE_EXIT_CODE, silent_for
 from ignite_tf.state import ClusterState, ExitCode, Status, TaskStatus
 
 # Statuses from here up are retryable under ``exit-code`` (Kubeflow's TFJob draws the line at 128 too).
@@ -82,7 +82,8 @@ class Failure:
 
     @property
     def retryable(self) -> bool:
-        return self.early or self.exit_code is None or self.exit_code < 0 or self.exit_code >= RETRYABLE_STATUS
+        return (self.early or self.exit_code is None or self.exit_code < 0 or self.exit_code >= RETRYABLE_STATUS
+                or self.exit_code == UNAVAILABLE_EXIT_CODE)
 
     @property
     def kind(self) -> str:
@@ -94,6 +95,8 @@ class Failure:
             return "killed by a signal"
         if self.exit_code >= RETRYABLE_STATUS:
             return f"exit status >= {RETRYABLE_STATUS}"
+        if self.exit_code == UNAVAILABLE_EXIT_CODE:
+            return f"infrastructure unavailable (exit status {UNAVAILABLE_EXIT_CODE})"
         return "the task's own code failed"
 
     def describe(self) -> str:
@@ -278,7 +281,8 @@ class Policy:
                 why_not = "restart_policy 'never' restarts nothing"
             else:
                 why_not = (f"not retryable ({failure.kind}): restart_policy '{policy.value}' restarts only signals, "
-                           f"statuses >= 128 and the watchdog; fix the code, or use restart_policy 'on-failure'")
+                           f"statuses >= 128, status {UNAVAILABLE_EXIT_CODE} (infrastructure unavailable) and the "
+                           f"watchdog; fix the code, or use restart_policy 'on-failure'")
         else:
             code = ExitCode.RESTARTS_EXHAUSTED
             why_not = f"restarts exhausted ({state.restarts}/{limit})"

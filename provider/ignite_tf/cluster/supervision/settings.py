@@ -1,4 +1,4 @@
-"""``Supervision``: the five settings of a cluster's supervisor, with their one default each.
+"""``Supervision``: the six settings of a cluster's supervisor, with their one default each.
 
 One value travels from every edge — the YAML spec's ``training`` section, the CLI's ``start`` flags, the
 ``TFClusterOperator``'s arguments, ``start_cluster``'s keyword arguments — through ``ClusterSpec.supervision``
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_STARTUP_DEADLINE_S
+from ignite_tf.defaults import DEFAULT_MAX_RESTARTS, DEFAULT_OUTAGE_BUDGET_S, DEFAULT_STARTUP_DEADLINE_S
 from ignite_tf.errors import ConfigError
 
 
@@ -29,7 +29,9 @@ class RestartPolicy(StrEnum):
     ON_FAILURE = "on-failure"
     """Every failure, until ``max_restarts``."""
     EXIT_CODE = "exit-code"
-    """Retryable failures only: signals, statuses >= 128, the watchdog. A task's own error fails fast."""
+    """Retryable failures only: signals, statuses >= 128, the infrastructure status (``contract.
+    UNAVAILABLE_EXIT_CODE``: Ignite or a store unreachable past the retries), the watchdog. A task's own error
+    fails fast."""
     NEVER = "never"
     """Nothing: the first failure ends the cluster."""
 
@@ -61,6 +63,10 @@ class Supervision:
     of a user script."""
     grace_period_s: float = 10.0
     """Seconds a stopped task gets between SIGTERM (a pod's deletion) and SIGKILL, to write a checkpoint."""
+    outage_budget_s: float = DEFAULT_OUTAGE_BUDGET_S
+    """Seconds the services the supervisor and the watching trigger call (the Kubernetes API, the state store)
+    may keep failing transiently before the outage is named and the cluster fails: until then nothing is
+    restarted or deleted (``ignite_tf.retries``)."""
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -75,7 +81,7 @@ class Supervision:
                 raise SupervisionError("restart_policy", f"must be one of {[p.value for p in RestartPolicy]} "
                                                          f"(got {policy!r})") from None
         set_(self, "restart_policy", policy)
-        for name in ("startup_deadline_s", "progress_timeout_s", "grace_period_s"):
+        for name in ("startup_deadline_s", "progress_timeout_s", "grace_period_s", "outage_budget_s"):
             value = _number(float, name, getattr(self, name))
             if value < 0 or (name == "startup_deadline_s" and value == 0):
                 what = "> 0" if name == "startup_deadline_s" else ">= 0"
