@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 import numpy as np
@@ -163,6 +164,32 @@ def test_single_worker_outside_a_cluster(ignite_conn, ignite_client, cache_name,
     ds = itd.dataset(batch_size=100, cache=cache_name, conn=ignite_conn, include_key=True, shuffle_buffer=0)
     ids = [int(i) for features in ds for i in features["id"].numpy()]
     assert sorted(ids) == list(range(500))
+
+
+@pytest.mark.parametrize("label_type", ["INT", "DOUBLE"])
+def test_a_row_without_a_label_is_refused_with_its_key(ignite_conn, ignite_client, cache_name, monkeypatch,
+                                                       label_type):
+    """An INT NULL would be read as 0, a DOUBLE NULL as NaN: either trains on a label the row does not have."""
+    import tensorflow as tf
+
+    from ignite_tf.errors import MissingLabelError
+    from tests.support.sql import sql
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv(itd.ENV_SHARD_PLAN, raising=False)
+    sql(ignite_client, f'CREATE TABLE {cache_name} (ID BIGINT PRIMARY KEY, F0 REAL, LABEL {label_type}) '
+                       f'WITH "template=ignite_tf_small,cache_name={cache_name}"')
+    sql(ignite_client, f"INSERT INTO {cache_name} (ID, F0, LABEL) VALUES "
+                       + ",".join(f"({k},{k / 2},{'NULL' if k in (17, 41) else k % 3})" for k in range(100)))
+    ds = itd.dataset(batch_size=10, cache=cache_name, conn=ignite_conn, label_column="label", shuffle_buffer=0,
+                     drop_remainder=False)
+    with pytest.raises(tf.errors.OpError) as raised:
+        list(ds)
+    message = str(raised.value)
+    assert MissingLabelError.__name__ in message
+    said = re.search(rf"2 row\(s\) read from cache '{cache_name}' have no 'label' \(NULL or NaN\), keys \[(.*?)\]",
+                     message)
+    assert said and sorted(int(k) for k in said.group(1).split(",")) == [17, 41], message
 
 
 def test_label_is_the_deprecated_name_of_label_column(ignite_conn, ignite_client, cache_name, monkeypatch):

@@ -185,6 +185,13 @@ def exit_now(code: int = 0) -> None:
         os._exit(code)
 
 
+# -- infrastructure -------------------------------------------------------------------------------------------
+UNAVAILABLE_EXIT_CODE = 75
+"""A task that could not reach what it needs (Ignite, the state store, the object store) past the retries
+exits with this status (``EX_TEMPFAIL`` of sysexits.h: "try again later"); the supervisor restarts it from the
+last backup (a user script may use it too). Any other status below 128 is the task's own code failing."""
+
+
 # -- a stop -------------------------------------------------------------------------------------------------
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 """A task ended by SIGTERM exits with this status (as a shell reports a process killed by it): retryable."""

@@ -20,6 +20,7 @@ from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.supervision.backend import Backend
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import AllUp, Finish, GoOn, Observation, Policy, Restart
+from ignite_tf.contract import UNAVAILABLE_EXIT_CODE
 from ignite_tf.state import ClusterState, ExitCode, LocalStateStore, Status, TaskState, TaskStatus
 
 SIGKILL = -9
@@ -158,7 +159,8 @@ def ended(state, **codes):
 
 @pytest.mark.parametrize("policy, code, restarted", [
     ("exit-code", 1, False), ("exit-code", 137, True), ("exit-code", SIGKILL, True),
-    ("on-failure", 1, True), ("never", SIGKILL, False),
+    ("exit-code", UNAVAILABLE_EXIT_CODE, True), ("exit-code", 74, False),
+    ("on-failure", 1, True), ("never", SIGKILL, False), ("never", UNAVAILABLE_EXIT_CODE, False),
 ])
 def test_the_restart_policy_decides_what_is_restarted(policy, code, restarted):
     rules, state = spec_and_state(restart_policy=policy)
@@ -166,6 +168,8 @@ def test_the_restart_policy_decides_what_is_restarted(policy, code, restarted):
     decision = rules.decide(state, seen, names, now=0.0, since_start=1.0)
     if restarted:
         assert isinstance(decision, Restart) and decision.task is None
+        if code == UNAVAILABLE_EXIT_CODE:
+            assert decision.failure["kind"] == "infrastructure unavailable (exit status 75)", decision.failure
     else:
         assert isinstance(decision, Finish) and decision.code is ExitCode.USER_CODE_FAILED
         assert ("'never'" if policy == "never" else "not retryable") in decision.reason

@@ -51,6 +51,30 @@ def test_runtime_main_exits_with_its_code():
     assert "error: --entry-point module:function is required" in done.stderr
 
 
+def test_runtime_main_exits_with_the_retryable_status_when_ignite_is_unreachable(tmp_path):
+    """Not the task's own code failing (status 1, which the default policy does not restart) but its
+    infrastructure: ``UNAVAILABLE_EXIT_CODE``, which it restarts from the last backup."""
+    import json
+    import os
+    import socket
+
+    from ignite_tf.contract import UNAVAILABLE_EXIT_CODE
+
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                                  "task": {"type": "worker", "index": 0}}),
+           "IGNITE_TF_ADDRESSES": f"127.0.0.1:{closed}", "IGNITE_TF_CACHE": "rows",
+           "IGNITE_TF_RUN_DIR": str(tmp_path / "run")}
+    done = subprocess.run([sys.executable, "-m", "ignite_tf.runtime", "--entry-point",
+                           "ignite_tf.models:tabular_classifier", "--epochs", "1"], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S, cwd=tmp_path, env=env)
+    assert done.returncode == UNAVAILABLE_EXIT_CODE, done.stderr[-2000:]
+    said = f"error: infrastructure unavailable: IgniteUnavailableError: no Ignite node reachable at 127.0.0.1:{closed}"
+    assert said in done.stderr, done.stderr[-2000:]
+
+
 def test_timing_marks_are_lines_bench_e2e_reads():
     done = run_python("""
         from ignite_tf.timeline import mark

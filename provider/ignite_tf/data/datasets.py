@@ -16,7 +16,7 @@ from ignite_tf.data.rows import blocks, cache_columns, columns_to_read
 from ignite_tf.defaults import DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
 from ignite_tf.reader.ahead import HeadStart
-from ignite_tf.reader.blocks import BLOCK_ROWS, PREFETCH_BATCHES, filled, stack_columns
+from ignite_tf.reader.blocks import BLOCK_ROWS, PREFETCH_BATCHES, filled, refuse_missing_labels, stack_columns
 
 # Blocks read ahead of the one being cut into batches.
 BLOCKS_AHEAD = 1
@@ -126,6 +126,7 @@ def epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None =
     names, label_name, dtypes, layout = head.columns if head else \
         cache_columns(plan, conn, label_column, features, include_key)
     read_columns, decode_stack = columns_to_read(plan, names, label_name, stack)
+    key = plan.partition_map.key_column
     # tf.data calls generate() again for every pass of an epoch (``.repeat()``, each fit epoch)
     passes: dict[int, Iterator[int]] = {}
 
@@ -140,6 +141,8 @@ def epoch_part(tf, batch_size: int, epochs: range, *, label_column: str | None =
                             shuffle_buffer=shuffle_buffer, seed=seed, page_size=page_size, stack=decode_stack,
                             block_rows=block_rows, layout=layout, iteration=iteration)
         for block in stream:
+            if label_name:
+                refuse_missing_labels(block, label_name, key, plan.partition_map.cache)
             block = {k: filled(v) for k, v in block.items()}
             if decode_stack:
                 feats = block[STACKED]

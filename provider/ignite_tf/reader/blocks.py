@@ -27,6 +27,26 @@ def filled(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def refuse_missing_labels(block: dict[str, np.ndarray], label: str, key: str, cache: str) -> None:
+    """Raise ``MissingLabelError`` naming the keys of ``block``'s rows whose ``label`` is NULL (a masked value,
+    which ``filled`` would turn into 0) or NaN (a float NULL, or a NaN stored): a row without a label is never
+    trained on as if it had one."""
+    values = block[label]
+    missing = np.ma.getmaskarray(values) if isinstance(values, np.ma.MaskedArray) else np.zeros(len(values), bool)
+    if values.dtype.kind == "f":
+        missing = missing | np.isnan(np.ma.getdata(values))
+    if not missing.any():
+        return
+    from ignite_tf.errors import MissingLabelError
+
+    keys = [k.item() if hasattr(k, "item") else k for k in np.asarray(block[key])[missing][:10]]
+    raise MissingLabelError(
+        f"{int(missing.sum())} row(s) read from cache {cache!r} have no {label!r} (NULL or NaN), keys "
+        f"{keys}{' and more' if missing.sum() > len(keys) else ''}: give those rows a label or leave them out "
+        f"of the table (a validation suite's expect_column_values_to_not_be_null on {label!r} stops the "
+        f"pipeline before training)", keys)
+
+
 def block_shuffle(stream: Iterator[dict], rng: np.random.Generator) -> Iterator[dict]:
     """Each block's rows in a random order of ``rng``."""
     # The reader yields blocks of shuffle_buffer rows; permuting each block in NumPy costs far less than a

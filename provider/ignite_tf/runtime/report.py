@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from ignite_tf.runtime.task import TaskInfo
 
 
+def diverged_callback(tf_keras):
+    """A callback that fails ``fit`` (``DivergedError``) at the end of an epoch whose loss is NaN or infinite.
+    Put first: the epoch is then neither backed up nor reported, and no model is saved. (Keras' own
+    ``TerminateOnNaN`` ends ``fit`` as if it had finished: the diverged model would be saved and offered for
+    publishing.) Read once an epoch, where the logs are numbers already: per step would synchronise each step."""
+    import math
+
+    def check(epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            from ignite_tf.errors import DivergedError
+
+            raise DivergedError(f"epoch {epoch + 1}: the loss is {float(loss)}: the training diverged (a learning "
+                                f"rate too high, features not scaled, or a NaN or infinite feature); that epoch "
+                                f"is not kept and no model is saved")
+
+    return tf_keras.callbacks.LambdaCallback(on_epoch_end=check)
+
+
 class EpochReporter:
     """On the chief, per epoch: a log line, the same dict to the cluster state, TensorBoard scalars.
 

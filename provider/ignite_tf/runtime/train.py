@@ -34,6 +34,7 @@ from ignite_tf import contract, timeline
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
+from ignite_tf.retries import unavailable
 from ignite_tf.runstore.layout import RunFolder
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping
@@ -47,7 +48,7 @@ from ignite_tf.runtime.model import (
     saved_metrics,
 )
 from ignite_tf.runtime.prepare import import_tf_while_reading, preload_inputs
-from ignite_tf.runtime.report import EpochReporter
+from ignite_tf.runtime.report import EpochReporter, diverged_callback
 from ignite_tf.runtime.start import import_tf, is_coordinator, wait_for_leader
 from ignite_tf.runtime.task import TaskInfo, task_info
 
@@ -228,7 +229,7 @@ def _fit(tf_keras, model, data, strat, info: TaskInfo, folders: _Folders, store_
     a restart (its steps are counted before)."""
     import ignite_tf.data as itd
 
-    callbacks = [reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
+    callbacks = [diverged_callback(tf_keras), reporter.steps_callback(tf_keras), *stopping.backup_callbacks(
         tf_keras, strat, info, folders.backup, checkpoint_every_steps or "epoch",
         on_backup=store_sync.pushed_then(on_backup), on_stop_saved=reporter.end_epoch_if_complete),
         reporter.callback(tf_keras)]
@@ -354,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except Exception as exc:
+        if not unavailable(exc):
+            raise
+        # Not the code's fault nor the data's: a retryable status, so the supervisor restarts from the last backup.
+        print(f"error: infrastructure unavailable: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return contract.UNAVAILABLE_EXIT_CODE
     return 0
 
 
