@@ -101,6 +101,8 @@ PYTHON: dict[str, str] = {
     "ignite_tf.errors.CacheNotFoundError": "exception",
     "ignite_tf.errors.ValidationFailed": "exception",
     "ignite_tf.errors.DataChangedError": "exception",
+    "ignite_tf.errors.MissingLabelError": "exception",
+    "ignite_tf.errors.DivergedError": "exception",
 }
 
 # ``module:function`` strings a spec (``training.entry_point``), an operator (``entry_point=``) or

@@ -134,6 +134,21 @@ def test_two_launches_at_once_start_one_supervisor(ignite_conn, data_cache, run_
     assert_nothing_left("raced", states[0].run_dir)
 
 
+def test_a_launch_that_fails_after_taking_the_claim_gives_it_back(ignite_conn, data_cache, run_root, tmp_path):
+    """The retry of a launch that failed (here: its table is missing, found once the claim was taken) starts at
+    once: the failed launch's claim does not hold it until the claim lapses (``claim_stale_s``)."""
+    from ignite_tf.errors import CacheNotFoundError
+
+    launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
+    launcher.claim_wait_s = 2  # a claim still held would fail the retry within this, not hold it for minutes
+    with pytest.raises(CacheNotFoundError):
+        run(launcher, "no_such_table", ignite_conn, 60, "failed-first")
+    state = run(launcher, data_cache, ignite_conn, 60, "failed-first")
+    wait_for(lambda: launcher.status("failed-first").status is Status.RUNNING, what="the retry's cluster running")
+    launcher.stop("failed-first")
+    assert_nothing_left("failed-first", state.run_dir)
+
+
 def test_stop_from_another_process_is_a_request_not_a_signal(ignite_conn, data_cache, run_root, tmp_path):
     """``ignite-tf stop`` in a process of its own, whose os.kill and os.killpg fail the command if called: the
     supervisor reads the request from the state store and stops its tasks."""

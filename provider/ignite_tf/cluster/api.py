@@ -112,9 +112,6 @@ def start_cluster(cache: str, job: TrainingJob | Mapping[str, Any], *, conn, mod
     :param py_modules: folders or ``.py`` files shipped to every task beside the entry point's own module
         (``ignite_tf.runstore.code``).
     """
-    from ignite_tf.plan.partitions import PartitionMap
-    from ignite_tf.plan.shards import ShardPlan, next_to_nodes
-
     supervision = Supervision.build(supervision, max_restarts=max_restarts, startup_deadline_s=startup_deadline_s,
                                     grace_period_s=grace_period_s, restart_policy=restart_policy,
                                     progress_timeout_s=progress_timeout_s)
@@ -130,11 +127,23 @@ def start_cluster(cache: str, job: TrainingJob | Mapping[str, Any], *, conn, mod
     existing = launcher.find(cluster_id)
     if existing is not None and (launcher.is_alive(existing) or existing.status is Status.SUCCEEDED):
         return existing  # re-attach to it, or reuse its result: one training per cluster id
-    if existing is not None and not existing.status.final:
-        existing = launcher.release_lost(existing)
     won = launcher.claim(cluster_id, existing)
     if won is not None:
         return won  # another launch started it meanwhile
+    with launcher.released_on_error(cluster_id):
+        if existing is not None and not existing.status.final:
+            existing = launcher.release_lost(existing)  # by the launch that won the claim only
+        return _start_claimed(launcher, existing, cluster_id, cache, job, conn=conn, run_root=run_root, plan=plan,
+                              env=env, labels=labels, supervision=supervision, reshuffle=reshuffle, seed=seed,
+                              evaluation=evaluation, evaluation_seed=evaluation_seed)
+
+
+def _start_claimed(launcher, existing, cluster_id, cache, job, *, conn, run_root, plan, env, labels, supervision,
+                   reshuffle, seed, evaluation, evaluation_seed) -> ClusterState:
+    """``start_cluster`` once its launch holds the claim: the run folder, the shipped code, the plan, the launch."""
+    from ignite_tf.plan.partitions import PartitionMap
+    from ignite_tf.plan.shards import ShardPlan, next_to_nodes
+
     # A cluster that ended without success resumes where it ran: the same run, with its checkpoints.
     root = run_location_root(existing.run_dir, cluster_id) if existing is not None else run_root or default_run_root()
     store = (launcher.run_store(f"{str(root).rstrip('/')}/{cluster_id}") if is_remote(root)

@@ -58,6 +58,7 @@ class Launcher(ABC):
 
     def __init__(self, store: StateStore, run_store_conn_id: str | None = None):
         self.store = store
+        self._claims: dict[str, tuple[int, str]] = {}  # cluster id -> (resume, owner) of the claims it holds
         self.run_store_conn_id = run_store_conn_id
         """The Airflow ``aws`` connection of an object-store run root; None: the environment's credentials."""
 
@@ -143,11 +144,14 @@ class Launcher(ABC):
         never start two. None: this launch won and starts it; else the state the winner's supervisor
         recorded, to re-attach to."""
         resume = 0 if previous is None else previous.resumes + 1
-        if self.store.claim(cluster_id, resume, f"{socket.gethostname()}:{os.getpid()}", self.claim_stale_s):
-            self.store.clear_stop(cluster_id)  # an earlier request stopped the cluster this one resumes
-            return None
+        owner = f"{socket.gethostname()}:{os.getpid()}:{id(self)}"
         deadline = time.monotonic() + self.claim_wait_s
         while time.monotonic() < deadline:
+            # Tried again while waiting: a winner whose launch failed gives its claim back (``released``).
+            if self.store.claim(cluster_id, resume, owner, self.claim_stale_s):
+                self.store.clear_stop(cluster_id)  # an earlier request stopped the cluster this one resumes
+                self._claims[cluster_id] = (resume, owner)
+                return None
             state = self.find(cluster_id)
             if state is not None and (previous is None or state.resumes >= resume):
                 return state
@@ -155,6 +159,19 @@ class Launcher(ABC):
         raise IgniteTFError(f"cluster {cluster_id} is being started by another launch, whose supervisor did not "
                             f"record its state within {self.claim_wait_s:.0f}s; try again after "
                             f"{self.claim_stale_s:.0f}s, when its claim lapses")
+
+    @contextmanager
+    def released_on_error(self, cluster_id: str):
+        """Around a launch after ``claim`` won: a launch that fails gives the claim back, so that the next launch
+        (an Airflow retry) starts at once instead of waiting for the claim to lapse (``claim_stale_s``)."""
+        try:
+            yield
+        except BaseException:
+            resume, owner = self._claims.pop(cluster_id, (None, None))
+            if resume is not None:
+                self.store.release_claim(cluster_id, resume, owner)
+            raise
+        self._claims.pop(cluster_id, None)
 
     def find(self, cluster_id: str) -> ClusterState | None:
         return self.store.get(cluster_id)

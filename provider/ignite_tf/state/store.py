@@ -140,6 +140,14 @@ class StateStore:
             return False
         return self.kv.replace_if_equals(Space.CLAIMS, key, held, mine)
 
+    def release_claim(self, cluster_id: str, resume: int, owner: str) -> None:
+        """Give back ``owner``'s claim on supervisor ``resume`` of ``cluster_id`` (its launch failed before the
+        supervisor started): the next launch claims at once. A claim someone else holds is left as it is."""
+        key = f"{cluster_id}/{int(resume)}"
+        held = self.kv.get(Space.CLAIMS, key)
+        if isinstance(held, dict) and held.get("owner") == owner:
+            self.kv.replace_if_equals(Space.CLAIMS, key, held, {"owner": "", "time": 0})
+
     # -- epochs and the evaluation ----------------------------------------------------------------------------
     def add_epoch(self, cluster_id: str, metrics: dict[str, Any]) -> None:
         """Append the chief's report of an epoch. Its number is taken with put-if-absent, so a second writer
