@@ -78,6 +78,16 @@ def test_lost_is_judged_by_the_heartbeat_alone_on_any_host(tmp_path):
     launcher.store.put(state)
     found, running = launcher.settled("elsewhere")
     assert not running and found.lost and not launcher.is_alive(found)
+    # A supervisor pod records the longer allowance of its replacement: that late, it is not lost yet.
+    from ignite_tf.cluster.k8s.supervisor import REPLACED_S
+
+    state.lost_after_s = LOST_AFTER_S + REPLACED_S
+    state.heartbeat = time.time() - LOST_AFTER_S - REPLACED_S + 5
+    launcher.store.put(state)
+    assert launcher.settled("elsewhere")[1] and not launcher.status("elsewhere").lost
+    state.heartbeat = time.time() - LOST_AFTER_S - REPLACED_S - 1
+    launcher.store.put(state)
+    assert not launcher.settled("elsewhere")[1] and launcher.status("elsewhere").lost
 
 
 def run(launcher, cache, conn, seconds: float, cluster_id: str, **kwargs):

@@ -16,9 +16,10 @@ from typing import Any
 from ignite_tf.reader.locality import combine
 
 LOST_AFTER_S = 20.0
-"""A supervisor whose last heartbeat is older than this is lost, judged the same on every host (``ps``, a
-retry, a trigger elsewhere): ten of its heartbeats (``supervision.heartbeat.HEARTBEAT_S``), more than a stop's
-grace period during which its loop records nothing."""
+"""A supervisor process whose last heartbeat is older than this is lost, judged the same on every host (``ps``,
+a retry, a trigger elsewhere): ten of its heartbeats (``supervision.heartbeat.HEARTBEAT_S``, written by a thread
+that no call of its loop holds up). A supervisor that something replaces (a pod of a Deployment) records a
+longer allowance in its state (``ClusterState.lost_after_s``)."""
 
 
 class Status(StrEnum):
@@ -142,6 +143,10 @@ class ClusterState:
     chief's claim on the backup fences off any task of an earlier supervisor."""
     resumes: int = 0
     """How many later launches (an Airflow retry) took this cluster over after it ended or was lost."""
+    lost_after_s: float = LOST_AFTER_S
+    """Seconds without a heartbeat after which every reader takes the cluster for lost: ``LOST_AFTER_S`` for a
+    supervisor process; longer for a supervisor pod, which Kubernetes replaces (``k8s.supervisor.REPLACED_S``)
+    while its tasks run on: its successor's first heartbeat may come that much later."""
     evaluation: dict[str, Any] | None = None
     """The chief's held-out evaluation after training (``ignite_tf.runtime.evaluation``): rows, metrics,
     production_metrics, split; None without a held-out split."""
@@ -170,9 +175,10 @@ class ClusterState:
         """All workers' reads together: rows, local_rows, by_node, locality (None before any read)."""
         return combine(*self.reads)
 
-    def heartbeat_stale(self, after_s: float = LOST_AFTER_S) -> bool:
-        """Whether a cluster that has not ended lost its supervisor (no heartbeat for ``after_s``)."""
-        return not self.status.final and time.time() - self.heartbeat > after_s
+    def heartbeat_stale(self, after_s: float | None = None) -> bool:
+        """Whether a cluster that has not ended lost its supervisor (no heartbeat for ``after_s``, default its
+        ``lost_after_s``)."""
+        return not self.status.final and time.time() - self.heartbeat > (after_s or self.lost_after_s)
 
     @property
     def lost(self) -> bool:

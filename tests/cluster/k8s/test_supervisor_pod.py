@@ -20,10 +20,10 @@ import uuid
 import pytest
 
 from ignite_tf.cluster.api import make_launcher
-from ignite_tf.cluster.k8s import objects
+from ignite_tf.cluster.k8s import objects, supervisor
 from ignite_tf.registry.publish import BlessingGate, ModelRegistry
 from ignite_tf.runstore import LAYOUT, RunStore
-from ignite_tf.state import Status
+from ignite_tf.state import LOST_AFTER_S, Status
 from tests.cluster.k8s import test_training as training
 from tests.cluster.k8s.test_training import TRAIN_PY, _bare_env, _cli, _feature_rows, _predict
 from tests.support.clusters import assert_nothing_left
@@ -167,6 +167,8 @@ def test_max_runtime_and_a_stop_request_end_a_pod_supervised_cluster(deployed, t
         state = start_cluster(cache, job, conn=conn, workers=1, cluster_id=cid, launcher=launcher,
                               startup_deadline_s=900, grace_period_s=2)
         assert state.supervisor_pid == 0 and state.supervisor_host.startswith(f"pod/{ns}/"), state
+        # Taken for lost only after a replacement pod would have beaten (its node given up, the old pod gone).
+        assert state.lost_after_s == LOST_AFTER_S + supervisor.REPLACED_S, state.lost_after_s
         return launcher
 
     bounded, stopped = f"k8s-maxrt-{uuid.uuid4().hex[:6]}", f"k8s-stop-{uuid.uuid4().hex[:6]}"

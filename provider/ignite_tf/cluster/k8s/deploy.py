@@ -23,8 +23,6 @@ from ignite_tf.errors import ConfigError, IgniteTFError
 from ignite_tf.state import ClusterState, StateStore
 
 SERVICE_ACCOUNT = "ignite-tf-supervisor"
-NODE_GONE_S = 30
-"""Seconds before Kubernetes replaces a supervisor whose node is not ready or unreachable (default 300)."""
 RBAC_FILE = "docker/k8s/supervisor-rbac.yaml"
 # Namespaced only: the nodes next to the Ignite nodes (placement) are found by the launcher, which may read them.
 ROLE_RULES = [
@@ -122,7 +120,7 @@ def deployment_manifest(spec: ClusterSpec, settings: KubernetesSettings, image: 
             "terminationGracePeriodSeconds": 30, "containers": [container],
             "volumes": [{"name": "cluster", "configMap": {"name": spec.cluster_id}}, *volumes],
             "tolerations": [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
-                             "tolerationSeconds": NODE_GONE_S} for t in ("not-ready", "unreachable")],
+                             "tolerationSeconds": supervisor.NODE_GONE_S} for t in ("not-ready", "unreachable")],
             **objects.pod_network(settings),
         },
     }

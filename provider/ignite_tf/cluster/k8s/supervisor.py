@@ -37,7 +37,7 @@ from ignite_tf.cluster.k8s.settings import KubernetesSettings
 from ignite_tf.cluster.spec import ClusterSpec
 from ignite_tf.contract import ENV_STATE_STORE
 from ignite_tf.errors import IgniteTFError
-from ignite_tf.state import ExitCode, store_from_env
+from ignite_tf.state import LOST_AFTER_S, ExitCode, store_from_env
 
 MODULE = "ignite_tf.cluster.k8s.supervisor"
 CONTAINER = "supervisor"
@@ -79,7 +79,17 @@ def in_cluster_core():
     return client.CoreV1Api()
 
 
-def wait_alone(core, namespace: str, cluster_id: str, me: str, timeout: float = 120.0) -> None:
+NODE_GONE_S = 30
+"""Seconds before Kubernetes replaces a supervisor whose node is not ready or unreachable (default 300)."""
+ALONE_TIMEOUT_S = 120.0
+"""Seconds a new supervisor pod waits for its predecessor's pod to be gone (``wait_alone``)."""
+REPLACED_S = NODE_GONE_S + ALONE_TIMEOUT_S
+"""At most this long between a supervisor pod's last heartbeat and its successor's first (its node given up,
+then its pod waited for), beyond ``LOST_AFTER_S``: the cluster's ``lost_after_s`` adds it, so that no reader (a
+watching trigger, a retry's ``release_lost``) takes a cluster being handed over for lost."""
+
+
+def wait_alone(core, namespace: str, cluster_id: str, me: str, timeout: float = ALONE_TIMEOUT_S) -> None:
     """Until no other supervisor pod of this cluster runs (a deleted predecessor finishing its hand-over)."""
     def alone():
         pods = core.list_namespaced_pod(namespace,
@@ -140,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     # A pid means nothing outside this pod: nobody may signal it (stop is a request in the state store).
     supervisor.state.supervisor_pid = 0
     supervisor.state.supervisor_host = f"pod/{namespace}/{os.environ.get(ENV_POD_NAME, '?')}"
+    supervisor.state.lost_after_s = LOST_AFTER_S + REPLACED_S  # a successor pod may take that long to beat
     try:
         supervisor.run()
     finally:
