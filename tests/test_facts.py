@@ -186,3 +186,15 @@ def test_enum_values_are_not_relisted_as_strings():
         rf"(launcher|reshuffle|placement)\s*[:=][^=,()]*=\s*{q}(local|kubernetes|required|preferred|epoch|none){q}",
         rf"choices=\[{q}(local|required)"))
     assert copies(relisted, {"k8s/settings.py", "cluster/launcher.py", "plan/shards.py"}) == []
+
+
+def test_the_docs_state_the_lost_allowances_and_outage_budget_the_code_has():
+    from ignite_tf.cluster.k8s.supervisor import REPLACED_S
+    from ignite_tf.defaults import DEFAULT_OUTAGE_BUDGET_S
+    from ignite_tf.state import LOST_AFTER_S
+
+    readme = (ROOT / "README.md").read_text()
+    assert f"older than {LOST_AFTER_S:.0f} s" in readme
+    assert f"a supervisor pod {LOST_AFTER_S + REPLACED_S:.0f} s" in readme
+    guide = (ROOT / "docs" / "guides" / "kubernetes.md").read_text()
+    assert f"`supervision.outage_budget_s` ({DEFAULT_OUTAGE_BUDGET_S:.0f} s)" in guide
