@@ -85,6 +85,7 @@ class Heartbeat:
             state.heartbeat = time.time()
             try:
                 store.put(state)
-                self._written = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - keep supervising; the store may come back
                 sys.stdout.write(f"[ignite-tf] could not record state: {exc}\n")
+            finally:
+                self._written = time.monotonic()  # tried: the next try a heartbeat later, not at once
