@@ -330,7 +330,11 @@ class SupervisedLauncher(Launcher):
         state = self.status(cluster_id)
         if state.status.final:
             if self.on_lost is not None:
-                self.on_lost(state)
+                try:
+                    self.on_lost(state)
+                except Exception as exc:  # noqa: BLE001 - the cluster is stopped all the same; say what is left
+                    sys.stderr.write(f"cluster {cluster_id} has ended; deleting what may be left of it failed: "
+                                     f"{exc}\n")
             return state
         self.store.request_stop(cluster_id)
         deadline = time.monotonic() + timeout
