@@ -198,3 +198,12 @@ def test_the_docs_state_the_lost_allowances_and_outage_budget_the_code_has():
     assert f"a supervisor pod {LOST_AFTER_S + REPLACED_S:.0f} s" in readme
     guide = (ROOT / "docs" / "guides" / "kubernetes.md").read_text()
     assert f"`supervision.outage_budget_s` ({DEFAULT_OUTAGE_BUDGET_S:.0f} s)" in guide
+
+
+def test_every_test_the_readme_names_exists():
+    """The fault table (and any other place) names tests as ``tests/<file>.py[::<function>]``: each is there."""
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", (ROOT / "README.md").read_text())
+    assert len(named) >= 8, named
+    missing = [f"{path}::{name}" for path, name in named
+               if not (ROOT / path).exists() or (name and f"def {name}(" not in (ROOT / path).read_text())]
+    assert not missing, missing
