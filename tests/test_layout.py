@@ -21,6 +21,9 @@ SOFT_LIMIT = 400
 WHOLE = {
     "ignite_tf.reader.partition": "one class, PartitionReader: routing, failover and pipelined scans share its "
                                   "node connections and the in-flight partition's keys (tf_dataset wraps it)",
+    "ignite_tf.cluster.launcher": "the Launcher interface and its two launchers that start a supervisor process "
+                                  "(SupervisedLauncher, LocalLauncher): launch, claim, wait and stop are one life "
+                                  "cycle over one state store; the Kubernetes launcher is in cluster/k8s",
     "ignite_tf.cluster.supervision.loop": "one class, Supervisor: its records, the mechanics of starting, "
                                           "stopping and restarting tasks and the poll all change the one state "
                                           "it records; the rules (policy.py), the backends and the outage "

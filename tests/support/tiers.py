@@ -71,8 +71,6 @@ SLOW: dict[str, str] = {
     "tests/cluster/k8s/test_training.py::test_cli_training_restarts_a_deleted_worker_on_its_warm_pods_and_is_read_from_the_store_alone":
         "a CLI training on the real node, long enough for its warm pods to wait, through a deleted worker pod and the "
         "restart on them",
-    "tests/services/test_lineage.py::test_new_rows_start_the_retraining_run_and_every_stage_reports_its_lineage":
-        "two DAG runs under the real services, the second started by the first's Asset event",
     "tests/runtime/test_stopping.py::test_an_older_attempt_never_makes_a_restart_train_again":
         "a training stopped and restarted twice, on real TensorFlow processes",
 }
