@@ -192,6 +192,12 @@ exits with this status (``EX_TEMPFAIL`` of sysexits.h: "try again later"); the s
 last backup (a user script may use it too). Any other status below 128 is the task's own code failing."""
 
 
+DATA_EXIT_CODE = 65
+"""A task that found its rows cannot be trained on (changed since validation, a row without a label) exits with
+this status (``EX_DATAERR`` of sysexits.h): never restarted, whatever the restart policy, and the Airflow task
+fails without retries (``ignite_tf.faults``)."""
+
+
 # -- a stop -------------------------------------------------------------------------------------------------
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM
 """A task ended by SIGTERM exits with this status (as a shell reports a process killed by it): retryable."""

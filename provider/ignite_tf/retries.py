@@ -67,7 +67,8 @@ def transient(exc: BaseException) -> bool:
 
 # What a TensorFlow error says of a Python error raised in an input pipeline (``from_generator``), which it
 # carries as text: the names of the errors that mean a service stayed away past its retries.
-UNAVAILABLE_NAMES = ("IgniteUnavailableError", "OutageError", "ReconnectError")
+UNAVAILABLE_NAMES = ("IgniteUnavailableError", "OutageError", "ReconnectError", "ConnectionResetError",
+                     "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError", "TimeoutError")
 
 
 def unavailable(exc: BaseException) -> bool:

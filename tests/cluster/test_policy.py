@@ -20,7 +20,7 @@ from ignite_tf.cluster.spec import build_spec
 from ignite_tf.cluster.supervision.backend import Backend
 from ignite_tf.cluster.supervision.loop import Supervisor
 from ignite_tf.cluster.supervision.policy import AllUp, Finish, GoOn, Observation, Policy, Restart
-from ignite_tf.contract import UNAVAILABLE_EXIT_CODE
+from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
 from ignite_tf.state import ClusterState, ExitCode, LocalStateStore, Status, TaskState, TaskStatus
 
 SIGKILL = -9
@@ -161,6 +161,7 @@ def ended(state, **codes):
     ("exit-code", 1, False), ("exit-code", 137, True), ("exit-code", SIGKILL, True),
     ("exit-code", UNAVAILABLE_EXIT_CODE, True), ("exit-code", 74, False),
     ("on-failure", 1, True), ("never", SIGKILL, False), ("never", UNAVAILABLE_EXIT_CODE, False),
+    ("on-failure", DATA_EXIT_CODE, False), ("exit-code", DATA_EXIT_CODE, False),
 ])
 def test_the_restart_policy_decides_what_is_restarted(policy, code, restarted):
     rules, state = spec_and_state(restart_policy=policy)
@@ -170,9 +171,21 @@ def test_the_restart_policy_decides_what_is_restarted(policy, code, restarted):
         assert isinstance(decision, Restart) and decision.task is None
         if code == UNAVAILABLE_EXIT_CODE:
             assert decision.failure["kind"] == "infrastructure unavailable (exit status 75)", decision.failure
+    elif code == DATA_EXIT_CODE:  # never restarted, whatever the policy: the same rows fail again
+        assert isinstance(decision, Finish) and decision.code is ExitCode.DATA_INVALID
+        assert "the data cannot be trained on: never restarted, whatever the restart policy" in decision.reason
     else:
         assert isinstance(decision, Finish) and decision.code is ExitCode.USER_CODE_FAILED
         assert ("'never'" if policy == "never" else "not retryable") in decision.reason
+
+
+def test_a_data_failure_is_the_cause_when_its_peers_fail_with_it():
+    """The worker that found the rows changed exits 65; its peer fails in the collective it waited in (1)."""
+    rules, state = spec_and_state(restart_policy="on-failure")
+    seen, names = ended(state, **{"worker-0": 1, "worker-1": DATA_EXIT_CODE})
+    decision = rules.decide(state, seen, names, now=0.0, since_start=1.0)
+    assert isinstance(decision, Finish) and decision.code is ExitCode.DATA_INVALID
+    assert decision.reason.startswith("worker-1"), decision.reason
 
 
 def test_tasks_ending_together_are_judged_by_the_retryable_one():

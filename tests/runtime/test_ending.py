@@ -75,6 +75,37 @@ def test_runtime_main_exits_with_the_retryable_status_when_ignite_is_unreachable
     assert said in done.stderr, done.stderr[-2000:]
 
 
+def test_runtime_main_exits_with_the_data_status_on_a_row_without_a_label(ignite_conn, tmp_path):
+    """A row whose label is NULL fails the read inside ``fit`` (TensorFlow carries the error): the task exits
+    ``DATA_EXIT_CODE``, never restarted, its last line the error the supervisor puts in the cluster's reason."""
+    import json
+    import os
+    import uuid
+
+    from ignite_tf.contract import DATA_EXIT_CODE
+    from tests.support.sql import sql
+
+    table = f"nolabel_{uuid.uuid4().hex[:8]}"
+    client = ignite_conn.client()
+    try:
+        sql(client, f'CREATE TABLE {table} (ID BIGINT PRIMARY KEY, F0 REAL, LABEL INT) '
+                    f'WITH "template=ignite_tf_small,cache_name={table}"')
+        sql(client, f"INSERT INTO {table} (ID, F0, LABEL) VALUES "
+                    + ",".join(f"({k},{k / 2},{'NULL' if k == 7 else k % 2})" for k in range(64)))
+        env = {**os.environ, **ignite_conn.to_env(), "CUDA_VISIBLE_DEVICES": "-1",
+               "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}),
+               "IGNITE_TF_CACHE": table, "IGNITE_TF_RUN_DIR": str(tmp_path / "run")}
+        done = subprocess.run([sys.executable, "-m", "ignite_tf.runtime", "--entry-point",
+                               "ignite_tf.models:tabular_classifier", "--epochs", "1", "--batch-size", "16"],
+                              capture_output=True, text=True, timeout=HANG_GUARD_S * 3, cwd=tmp_path, env=env)
+    finally:
+        client.get_cache(table).destroy()
+        client.close()
+    assert done.returncode == DATA_EXIT_CODE, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: data: ") and "keys [7]" in last, last
+
+
 def test_timing_marks_are_lines_bench_e2e_reads():
     done = run_python("""
         from ignite_tf.timeline import mark

@@ -45,6 +45,7 @@ class ExitCode(IntEnum):
     STOPPED = 4
     INTERNAL_ERROR = 5
     NO_PROGRESS = 6
+    DATA_INVALID = 7
 
 
 class TaskStatus(StrEnum):

@@ -49,11 +49,15 @@ def event_for(state, launcher) -> dict[str, Any]:
 
 
 def result_of(event: dict[str, Any]) -> dict[str, Any]:
-    """The cluster's summary from its event; AirflowException with the reason and the chief's last lines."""
-    from airflow.sdk.exceptions import AirflowException
+    """The cluster's summary from its event; AirflowException with the reason and the chief's last lines, an
+    ``AirflowFailException`` (no retry) when the data cannot be trained on: a retry would read the same rows."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from ignite_tf.state import ExitCode
 
     if event.get("status") != "success":
-        raise AirflowException(
+        data = (event.get("summary") or {}).get("exit_code") == ExitCode.DATA_INVALID
+        raise (AirflowFailException if data else AirflowException)(
             f"TensorFlow cluster {event.get('cluster_id')} failed: {event.get('message')}\n"
             f"last lines of the chief's output:\n{event.get('tail', '')}")
     return event["summary"]

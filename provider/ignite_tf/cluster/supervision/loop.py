@@ -31,6 +31,7 @@ from ignite_tf.cluster.supervision.backend import Backend, HandOver, SetupError
 from ignite_tf.cluster.supervision.heartbeat import Heartbeat
 from ignite_tf.cluster.supervision.locality import measured_locality
 from ignite_tf.cluster.supervision.policy import AllUp, Decision, Finish, GoOn, Observation, Policy, Restart
+from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
 from ignite_tf.errors import OutageError
 from ignite_tf.retries import Outage, transient
 from ignite_tf.runstore import LAYOUT, RunStore
@@ -39,6 +40,21 @@ from ignite_tf.state import ClusterState, ExitCode, StateStore, Status, TaskStat
 
 STORE_POLL_S = 0.25  # a stop request (``ignite-tf stop``, on_kill, from any host) is seen this fast
 WATCH_EVERY_S = 1.0  # progress reports are read at most this often
+
+
+# Statuses whose task said why on its last ``error:`` line (``ignite_tf.faults``): the line joins the failure.
+NAMED_STATUSES = (DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE)
+
+
+def last_error_line(log_path: str, tail_bytes: int = 16384) -> str:
+    """The last line of a task's log that starts with ``error: `` (without it), or ''."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - tail_bytes))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.removeprefix("error: ") for line in reversed(lines) if line.startswith("error: ")), "")
 
 
 class Supervisor:
@@ -349,6 +365,8 @@ class Supervisor:
             o = self.backend.observe(task, starting=ts.state is TaskStatus.STARTING)
             if watch and o.exit_code is None and ts.state in (TaskStatus.STARTING, TaskStatus.RUNNING):
                 o = replace(o, progress=self.backend.progress(task))
+            if o.exit_code in NAMED_STATUSES and not o.detail:  # what the task said of its cause, in the reason
+                o = replace(o, detail=last_error_line(self.spec.log_path(task)))
             observations[task.name] = o
         if watch:
             self._last_watch = now

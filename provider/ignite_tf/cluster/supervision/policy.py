@@ -25,7 +25,7 @@ from typing import Any
 
 from ignite_tf.cluster.spec import ClusterSpec, Mode, Role
 from ignite_tf.cluster.supervision.settings import RestartPolicy
-from ignite_tf.contract import UNAVAILABLE_EXIT_CODE, silent_for
+from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE, silent_for
 from ignite_tf.state import ClusterState, ExitCode, Status, TaskStatus
 
 # Statuses from here up are retryable under ``exit-code`` (Kubeflow's TFJob draws the line at 128 too).
@@ -86,6 +86,11 @@ class Failure:
                 or self.exit_code == UNAVAILABLE_EXIT_CODE)
 
     @property
+    def data(self) -> bool:
+        """The task found its rows cannot be trained on: never restarted (``ignite_tf.faults``)."""
+        return self.exit_code == DATA_EXIT_CODE
+
+    @property
     def kind(self) -> str:
         if self.early:
             return "ended before the chief"
@@ -97,6 +102,8 @@ class Failure:
             return f"exit status >= {RETRYABLE_STATUS}"
         if self.exit_code == UNAVAILABLE_EXIT_CODE:
             return f"infrastructure unavailable (exit status {UNAVAILABLE_EXIT_CODE})"
+        if self.data:
+            return f"the data cannot be trained on (exit status {DATA_EXIT_CODE})"
         return "the task's own code failed"
 
     def describe(self) -> str:
@@ -118,13 +125,16 @@ class Failure:
 
 
 def first_cause(failures: list[Failure]) -> Failure:
-    """The failure to act on when several tasks ended together: a retryable one first, since in a sync
-    cluster a killed worker makes its peers fail in their collectives with an ordinary error."""
-    return next((f for f in failures if f.retryable), failures[0])
+    """The failure to act on when several tasks ended together: one that found the data cannot be trained on
+    (its peers then fail in their collectives), else a retryable one, since in a sync cluster a killed worker
+    makes its peers fail in their collectives with an ordinary error."""
+    return next((f for f in failures if f.data), next((f for f in failures if f.retryable), failures[0]))
 
 
 def restarts(policy: RestartPolicy, failure: Failure) -> bool:
     """Whether ``policy`` restarts after ``failure`` (restarts left or not)."""
+    if failure.data:  # the same rows fail the same way
+        return False
     if policy is RestartPolicy.ON_FAILURE:
         return True
     return policy is RestartPolicy.EXIT_CODE and failure.retryable
@@ -275,7 +285,11 @@ class Policy:
         others = [f.describe() for f in together if f is not failure]
         if others:
             why += f" (in the same moment: {'; '.join(others)})"
-        if not restarts(policy, failure):
+        if failure.data:
+            code = ExitCode.DATA_INVALID
+            why_not = ("the data cannot be trained on: never restarted, whatever the restart policy (the same rows "
+                       "would fail again); fix the rows, or validate them again, then retry")
+        elif not restarts(policy, failure):
             code = ExitCode.USER_CODE_FAILED
             if policy is RestartPolicy.NEVER:
                 why_not = "restart_policy 'never' restarts nothing"

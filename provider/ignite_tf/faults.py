@@ -1,0 +1,48 @@
+"""What failed, by cause: one classification, decided where the error is raised and carried to every reader.
+
+- ``INFRASTRUCTURE``: a service (Ignite, the state store, the object store, the Kubernetes API) did not answer
+  past its retries (``ignite_tf.retries``). A task exits ``contract.UNAVAILABLE_EXIT_CODE``; the supervisor
+  restarts it from the last backup.
+- ``DATA``: the rows cannot be trained on: they changed since validation (``DataChangedError``) or a row has no
+  label (``MissingLabelError``). A task exits ``contract.DATA_EXIT_CODE``; it is never restarted, whatever the
+  restart policy, and the Airflow task fails without retries: the same rows would fail the same way.
+- ``CODE``: anything else a task raises (exit status 1): the restart policy decides.
+
+Errors raised inside a TensorFlow input pipeline (``from_generator``, where the reader runs) reach the task as
+TensorFlow's own errors carrying the Python error as text; they are told apart by the error's name there.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
+from ignite_tf.errors import DataChangedError, MissingLabelError
+from ignite_tf.retries import unavailable
+
+__all__ = ["Cause", "cause_of", "exit_code_of"]
+
+DATA_ERRORS = (DataChangedError, MissingLabelError)
+
+
+class Cause(StrEnum):
+    INFRASTRUCTURE = "infrastructure unavailable"
+    DATA = "data"
+    CODE = "code"
+
+
+def cause_of(exc: BaseException) -> Cause:
+    """Why ``exc`` ended a task (or an error it was raised from; through TensorFlow's errors too)."""
+    seen, current = set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DATA_ERRORS) or (type(current).__module__.startswith("tensorflow") and any(
+                error.__name__ in str(current) for error in DATA_ERRORS)):
+            return Cause.DATA
+        current = current.__cause__ or current.__context__
+    return Cause.INFRASTRUCTURE if unavailable(exc) else Cause.CODE
+
+
+def exit_code_of(cause: Cause) -> int | None:
+    """The status a task exits with for ``cause``; None: the task's own failure (status 1)."""
+    return {Cause.INFRASTRUCTURE: UNAVAILABLE_EXIT_CODE, Cause.DATA: DATA_EXIT_CODE}.get(cause)
