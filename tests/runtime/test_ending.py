@@ -92,9 +92,10 @@ def test_runtime_main_exits_with_the_data_status_on_a_row_without_a_label(ignite
                     f'WITH "template=ignite_tf_small,cache_name={table}"')
         sql(client, f"INSERT INTO {table} (ID, F0, LABEL) VALUES "
                     + ",".join(f"({k},{k / 2},{'NULL' if k == 7 else k % 2})" for k in range(64)))
+        one_worker = {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}
         env = {**os.environ, **ignite_conn.to_env(), "CUDA_VISIBLE_DEVICES": "-1",
-               "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}),
-               "IGNITE_TF_CACHE": table, "IGNITE_TF_RUN_DIR": str(tmp_path / "run")}
+               "TF_CONFIG": json.dumps(one_worker), "IGNITE_TF_CACHE": table,
+               "IGNITE_TF_RUN_DIR": str(tmp_path / "run")}
         done = subprocess.run([sys.executable, "-m", "ignite_tf.runtime", "--entry-point",
                                "ignite_tf.models:tabular_classifier", "--epochs", "1", "--batch-size", "16"],
                               capture_output=True, text=True, timeout=HANG_GUARD_S * 3, cwd=tmp_path, env=env)
