@@ -135,7 +135,7 @@ def test_run_fails_when_rows_change_between_the_gate_and_training(ignite_conn, r
     """The gate passed; then rows change; the TensorFlow cluster (a sync worker, a real process under the
     supervisor) reading them fails naming the partition, at once (not restarted: the data would differ again)."""
     from ignite_tf.cluster.api import make_launcher, start_cluster
-    from ignite_tf.state import LocalStateStore, Status
+    from ignite_tf.state import ExitCode, LocalStateStore, Status
 
     name, plan, summary = _validated_table(ignite_conn)
     plan = ShardPlan.build(plan.partition_map, 1, seed=1)  # validated on 2 shards, trained on 1: same partitions
@@ -146,13 +146,17 @@ def test_run_fails_when_rows_change_between_the_gate_and_training(ignite_conn, r
     launcher = make_launcher(ignite_conn, store=LocalStateStore(tmp_path / "state"))
     job = {"entry_point": "ignite_tf.models:tabular_classifier",
            "args": ["--epochs", "2", "--batch-size", "32", "--label-column", "label"]}
+    # on-failure restarts every failure but the data's: the same rows would fail again.
     state = start_cluster(name, job, conn=ignite_conn, launcher=launcher, mode="sync", workers=1,
-                          plan=_with_expected(plan, summary), max_restarts=2)
+                          plan=_with_expected(plan, summary), max_restarts=2, restart_policy="on-failure")
     final = launcher.wait(state.cluster_id, timeout=300)
 
     logs = "\n".join(p.read_text() for p in Path(final.run_dir, "logs").glob("*.log"))
     assert final.status is Status.FAILED, launcher.tail(state.cluster_id, 40)
-    assert final.restarts == 0
+    assert final.restarts == 0 and final.exit_code == ExitCode.DATA_INVALID, (final.exit_code, final.reason)
+    # The headline (what Airflow and OpenLineage show) names the data, not "the task's own code failed".
+    assert f"cache '{name}' changed since validation" in final.reason and "exited with status 65" in final.reason, \
+        final.reason
     named = re.findall(rf"cache '{name}' changed since validation: partition (\d+): ", logs)
     assert named and {int(p) for p in named} <= set(partitions), logs[-3000:]
     assert "values changed in f0, label" in logs
