@@ -7,7 +7,7 @@ import pytest
 
 from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
 from ignite_tf.errors import DataChangedError, IgniteUnavailableError, MissingLabelError
-from ignite_tf.faults import Cause, cause_of, exit_code_of
+from ignite_tf.faults import Cause, cause_of, described, exit_code_of
 
 
 def raised_in_an_input_pipeline(error: Exception) -> Exception:
@@ -31,6 +31,9 @@ def test_each_error_has_one_cause_and_one_status():
         for error in errors:
             assert cause_of(error) is cause, error
             assert cause_of(raised_in_an_input_pipeline(error)) is cause, error
+    wrapped = raised_in_an_input_pipeline(DataChangedError("cache 'x' changed since validation: partition 3", []))
+    assert described(wrapped) == "DataChangedError: cache 'x' changed since validation: partition 3"
+    assert described(KeyError("f0")) == "KeyError: 'f0'"
     assert exit_code_of(Cause.DATA) == DATA_EXIT_CODE and exit_code_of(Cause.INFRASTRUCTURE) == UNAVAILABLE_EXIT_CODE
     assert exit_code_of(Cause.CODE) is None
 

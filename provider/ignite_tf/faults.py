@@ -14,13 +14,14 @@ TensorFlow's own errors carrying the Python error as text; they are told apart b
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
 from ignite_tf.errors import DataChangedError, MissingLabelError
 from ignite_tf.retries import unavailable
 
-__all__ = ["Cause", "cause_of", "exit_code_of"]
+__all__ = ["Cause", "cause_of", "described", "exit_code_of"]
 
 DATA_ERRORS = (DataChangedError, MissingLabelError)
 
@@ -46,3 +47,14 @@ def cause_of(exc: BaseException) -> Cause:
 def exit_code_of(cause: Cause) -> int | None:
     """The status a task exits with for ``cause``; None: the task's own failure (status 1)."""
     return {Cause.INFRASTRUCTURE: UNAVAILABLE_EXIT_CODE, Cause.DATA: DATA_EXIT_CODE}.get(cause)
+
+
+def described(exc: BaseException, limit: int = 1000) -> str:
+    """``exc`` on one line as ``Name: message``; for a TensorFlow error that carries a Python error raised in an
+    input pipeline, that error's (without TensorFlow's node names and the traceback)."""
+    text = " ".join(str(exc).split())
+    if type(exc).__module__.startswith("tensorflow"):
+        found = re.search(r"(\w+(?:Error|Exception)): (.*?)(?: Traceback \(most recent call last\)|$)", text)
+        if found:
+            return f"{found.group(1)}: {found.group(2)}"[:limit]
+    return f"{type(exc).__name__}: {text}"[:limit]

@@ -34,7 +34,7 @@ from ignite_tf import contract, timeline
 from ignite_tf.contract import ENV_CHECKPOINT_DIR, ENV_CLUSTER_ID, ENV_TENSORBOARD_DIR, Mode
 from ignite_tf.defaults import DEFAULT_BATCH_SIZE, DEFAULT_LABEL_COLUMN, DEFAULT_SHUFFLE_BUFFER
 from ignite_tf.errors import ConfigError
-from ignite_tf.faults import Cause, cause_of, exit_code_of
+from ignite_tf.faults import Cause, cause_of, described, exit_code_of
 from ignite_tf.runstore.layout import RunFolder
 from ignite_tf.runstore.sync import TaskSync
 from ignite_tf.runtime import ending, stopping
@@ -327,9 +327,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ERROR_LINE_CHARS = 1000  # of an error's text on the task's last line (a TensorFlow error carries a traceback)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -364,8 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Not the code's fault: a status that says which (``ignite_tf.faults``), and the error on one line that
         # the supervisor carries into the cluster's reason.
-        print(f"error: {cause.value}: {type(exc).__name__}: {' '.join(str(exc).split())[:ERROR_LINE_CHARS]}",
-              file=sys.stderr, flush=True)
+        print(f"error: {cause.value}: {described(exc)}", file=sys.stderr, flush=True)
         return exit_code_of(cause)
     return 0
 
