@@ -19,7 +19,7 @@ from enum import StrEnum
 
 from ignite_tf.contract import DATA_EXIT_CODE, UNAVAILABLE_EXIT_CODE
 from ignite_tf.errors import DataChangedError, MissingLabelError
-from ignite_tf.retries import unavailable
+from ignite_tf.retries import carries, raised_from, unavailable
 
 __all__ = ["Cause", "cause_of", "described", "exit_code_of"]
 
@@ -34,13 +34,9 @@ class Cause(StrEnum):
 
 def cause_of(exc: BaseException) -> Cause:
     """Why ``exc`` ended a task (or an error it was raised from; through TensorFlow's errors too)."""
-    seen, current = set(), exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, DATA_ERRORS) or (type(current).__module__.startswith("tensorflow") and any(
-                error.__name__ in str(current) for error in DATA_ERRORS)):
-            return Cause.DATA
-        current = current.__cause__ or current.__context__
+    names = [error.__name__ for error in DATA_ERRORS]
+    if any(isinstance(e, DATA_ERRORS) or carries(e, names) for e in raised_from(exc)):
+        return Cause.DATA
     return Cause.INFRASTRUCTURE if unavailable(exc) else Cause.CODE
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from ignite_tf.defaults import DEFAULT_OUTAGE_BUDGET_S
 from ignite_tf.errors import AuthenticationFailedError, OutageError
 
-__all__ = ["DEFAULT_OUTAGE_BUDGET_S", "Outage", "acall", "call", "transient", "unavailable"]
+__all__ = ["DEFAULT_OUTAGE_BUDGET_S", "Outage", "acall", "call", "carries", "raised_from", "transient",
+           "unavailable"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -71,19 +72,25 @@ UNAVAILABLE_NAMES = ("IgniteUnavailableError", "OutageError", "ReconnectError", 
                      "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError", "TimeoutError")
 
 
-def unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it was raised from) says a service was unavailable, transiently or past its
-    outage budget, rather than that the code or the data was wrong; also through TensorFlow's errors, which
-    carry an input pipeline's Python error as text."""
+def raised_from(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then each error it was raised from or during (``__cause__``, else ``__context__``)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, OutageError) or transient(exc):
-            return True
-        if type(exc).__module__.startswith("tensorflow") and any(name in str(exc) for name in UNAVAILABLE_NAMES):
-            return True
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def carries(exc: BaseException, names: Iterable[str]) -> bool:
+    """Whether ``exc`` is a TensorFlow error carrying, as text, a Python error of one of ``names`` (one raised in
+    an input pipeline, ``from_generator``)."""
+    return type(exc).__module__.startswith("tensorflow") and any(name in str(exc) for name in names)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says a service was unavailable, transiently or past its
+    outage budget, rather than that the code or the data was wrong; also through TensorFlow's errors."""
+    return any(isinstance(e, OutageError) or transient(e) or carries(e, UNAVAILABLE_NAMES) for e in raised_from(exc))
 
 
 def _policy(what: str, budget_s: float | None, is_transient: Callable[[BaseException], bool],

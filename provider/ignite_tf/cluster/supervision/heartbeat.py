@@ -48,10 +48,6 @@ class Heartbeat:
         if force or (self._thread is None and time.monotonic() - self._written >= HEARTBEAT_S):
             self._write(self.store)
 
-    def loop_came_round(self) -> None:
-        """The loop is not stuck (called once per poll, and by a backend's long waits)."""
-        self._loop_seen = time.monotonic()
-
     def start(self) -> None:
         self._own_store = self.store.another()
         self._stop.clear()
